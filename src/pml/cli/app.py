@@ -1,0 +1,41 @@
+"""The ``pml`` application: command groups are registered here, bodies live in modules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pml.cli import cap_cmd, db_cmd, init_cmd, status_cmd
+
+app = typer.Typer(
+    name="pml",
+    help="PML, the Procedural Memory Layer: an MCP gateway that learns capabilities.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="Path to pml.toml (default: $PML_CONFIG, ./pml.toml)."),
+    ] = None,
+) -> None:
+    """PML, the Procedural Memory Layer: an MCP gateway that learns capabilities."""
+    ctx.obj = {"config": config}
+
+
+init_cmd.register(app)
+db_cmd.register(app)
+cap_cmd.register(app)
+status_cmd.register(app)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,79 @@
+"""What every CLI command shares: the ``--config`` option, JSON output, one-line errors.
+
+A command body is a coroutine run by :func:`run_command`; a ``PmlError`` it raises becomes
+one line on stderr (or a JSON error object on stdout with ``--json``) and exit code 1,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from pml.errors import PmlError
+
+T = TypeVar("T")
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="Path to pml.toml (default: $PML_CONFIG, then ./pml.toml).",
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def config_path(ctx: typer.Context, local: Path | None) -> Path | None:
+    """The config path given to this command, else the one given to ``pml`` itself."""
+    if local is not None:
+        return local
+    root = ctx.find_root()
+    obj: object = root.obj
+    if isinstance(obj, dict) and "config" in obj:
+        found: object = obj["config"]  # pyright: ignore[reportUnknownVariableType]
+        if isinstance(found, Path):
+            return found
+    return None
+
+
+def load_cli_settings(ctx: typer.Context, local: Path | None) -> Any:
+    """Settings for a CLI command: config file, then ``PML_`` environment overrides."""
+    from pml.config import load_settings
+
+    return load_settings(config_path(ctx, local), environ=os.environ)
+
+
+def print_json(value: object) -> None:
+    """One JSON document on stdout (ensure_ascii off: names and intents may be unicode)."""
+    typer.echo(json.dumps(value, ensure_ascii=False, default=str))
+
+
+def fail(error: PmlError, *, as_json: bool) -> typer.Exit:
+    """Report a user error in one line and return the exit to raise."""
+    if as_json:
+        print_json({"error": error.to_dict()})
+    else:
+        message = " ".join(error.message.split())
+        print(f"error: {error.code}: {message}", file=sys.stderr)
+    return typer.Exit(code=1)
+
+
+def run_command(body: Callable[[], Awaitable[T]], *, as_json: bool = False) -> T:
+    """Run an async command body; ``PmlError`` becomes a one-line error and exit 1."""
+    try:
+        return asyncio.run(_call(body))
+    except PmlError as error:
+        raise fail(error, as_json=as_json) from None
+
+
+async def _call(body: Callable[[], Awaitable[T]]) -> T:
+    return await body()

@@ -1,0 +1,132 @@
+"""The one error tree of PML.
+
+Every failure a user or an agent can meet is a ``PmlError`` carrying a SPEC error code
+(``SPEC.md`` §5) and a message written for a person. Edges translate: repositories turn
+database errors into ``PmlError``; the MCP edge turns ``PmlError`` into an ``isError`` tool
+result; the CLI prints one line and exits 1.
+
+    PmlError
+    ├── InvalidInput          INVALID_INPUT
+    │   └── InvalidFqdn       INVALID_INPUT   (``Invalid FQDN format: ...``)
+    ├── ConfigError           CONFIG_ERROR
+    ├── InvalidName           INVALID_NAME
+    ├── NameTaken             NAME_TAKEN
+    ├── NotFound              NOT_FOUND
+    ├── VersionNotFound       VERSION_NOT_FOUND
+    ├── InvalidArgs           INVALID_ARGS
+    ├── CodeTooLarge          CODE_TOO_LARGE
+    ├── CodeSyntaxError       SYNTAX_ERROR
+    ├── UnknownTool           UNKNOWN_TOOL
+    ├── PolicyDenied          POLICY_DENIED
+    ├── PermissionDenied      PERMISSION_DENIED
+    ├── ExecutionTimeout      TIMEOUT
+    ├── LimitExceeded         LIMIT_EXCEEDED
+    ├── ExecutionFailed       EXECUTION_FAILED
+    ├── ToolCallError         TOOL_ERROR
+    ├── UpstreamUnavailable   UPSTREAM_UNAVAILABLE
+    └── StorageError          STORAGE_ERROR
+
+Example::
+
+    >>> err = NotFound("Capability not found: my-reader")
+    >>> err.to_dict()
+    {'code': 'NOT_FOUND', 'message': 'Capability not found: my-reader'}
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class PmlError(Exception):
+    """Root of every PML error: a SPEC error code, a message, and optional data."""
+
+    code: ClassVar[str] = "INTERNAL_ERROR"
+
+    def __init__(self, message: str, **data: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data: dict[str, Any] = data
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``{"code", "message", ...}`` object carried by error results."""
+        return {"code": self.code, "message": self.message, **self.data}
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidInput(PmlError):
+    code = "INVALID_INPUT"
+
+
+class InvalidFqdn(InvalidInput):
+    pass
+
+
+class ConfigError(PmlError):
+    code = "CONFIG_ERROR"
+
+
+class InvalidName(PmlError):
+    code = "INVALID_NAME"
+
+
+class NameTaken(PmlError):
+    code = "NAME_TAKEN"
+
+
+class NotFound(PmlError):
+    code = "NOT_FOUND"
+
+
+class VersionNotFound(PmlError):
+    code = "VERSION_NOT_FOUND"
+
+
+class InvalidArgs(PmlError):
+    code = "INVALID_ARGS"
+
+
+class CodeTooLarge(PmlError):
+    code = "CODE_TOO_LARGE"
+
+
+class CodeSyntaxError(PmlError):
+    code = "SYNTAX_ERROR"
+
+
+class UnknownTool(PmlError):
+    code = "UNKNOWN_TOOL"
+
+
+class PolicyDenied(PmlError):
+    code = "POLICY_DENIED"
+
+
+class PermissionDenied(PmlError):
+    code = "PERMISSION_DENIED"
+
+
+class ExecutionTimeout(PmlError):
+    code = "TIMEOUT"
+
+
+class LimitExceeded(PmlError):
+    code = "LIMIT_EXCEEDED"
+
+
+class ExecutionFailed(PmlError):
+    code = "EXECUTION_FAILED"
+
+
+class ToolCallError(PmlError):
+    code = "TOOL_ERROR"
+
+
+class UpstreamUnavailable(PmlError):
+    code = "UPSTREAM_UNAVAILABLE"
+
+
+class StorageError(PmlError):
+    code = "STORAGE_ERROR"

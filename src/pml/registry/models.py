@@ -1,0 +1,163 @@
+"""The registry's values: capability records, versions, aliases and what resolution returns.
+
+Records are immutable snapshots of rows; services build new ones rather than mutate::
+
+    record.success_rate          # 0.0 when never used
+    record.to_dict()             # the JSON shape of ``cap_whois`` (datetimes as ISO 8601)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from pml.registry.routing import Routing
+from pml.registry.scope import RecordType, Visibility
+
+
+@dataclass(frozen=True, slots=True)
+class CapabilityRecord:
+    """One row of ``capability_records``: a capability or an MCP server."""
+
+    fqdn: str
+    id: str
+    record_type: RecordType
+    org: str
+    project: str
+    display_name: str
+    named: bool
+    namespace: str
+    action: str
+    tool_name: str
+    hash: str
+    code: str | None
+    code_hash: str | None
+    code_url: str | None
+    intent: str | None
+    description: str | None
+    parameters_schema: dict[str, Any]
+    tools_used: list[str]
+    routing: Routing
+    routing_override: Routing | None
+    tags: list[str]
+    visibility: Visibility
+    version: int
+    version_tag: str | None
+    created_by: str
+    created_at: datetime
+    updated_by: str
+    updated_at: datetime
+    verified: bool
+    signature: str | None
+    usage_count: int
+    success_count: int
+    total_latency_ms: float
+    last_used_at: datetime | None
+
+    @property
+    def success_rate(self) -> float:
+        """Successful runs over all runs (0.0 before the first run)."""
+        return self.success_count / self.usage_count if self.usage_count else 0.0
+
+    @property
+    def scope_key(self) -> str:
+        """``org.project`` of the record."""
+        return f"{self.org}.{self.project}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field as JSON-ready values, plus ``success_rate`` and ``type``."""
+        data = _jsonable(asdict(self))
+        data["type"] = self.record_type
+        data["success_rate"] = self.success_rate
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class VersionRecord:
+    """One row of ``capability_versions`` (never modified once written)."""
+
+    capability_fqdn: str
+    version: int
+    version_tag: str | None
+    code: str | None
+    code_hash: str | None
+    code_url: str | None
+    parameters_schema: dict[str, Any]
+    tools_used: list[str]
+    routing: Routing
+    updated_by: str
+    updated_at: datetime
+    change_summary: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AliasRecord:
+    """An old display name that still resolves to its capability."""
+
+    alias: str
+    target_fqdn: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """What a name resolved to: the record, the version asked for, and how it was found."""
+
+    record: CapabilityRecord
+    version: VersionRecord
+    via_alias: str | None = None
+
+    @property
+    def deprecated_alias(self) -> dict[str, str] | None:
+        """The warning to show when an old name (an alias) was used."""
+        if self.via_alias is None:
+            return None
+        return {
+            "alias": self.via_alias,
+            "currentName": self.record.display_name,
+            "message": (
+                f'Deprecated: Using alias "{self.via_alias}" for capability '
+                f'"{self.record.display_name}". Update your code.'
+            ),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a listing and the total number of matches."""
+
+    items: list[CapabilityRecord]
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureResult:
+    """The outcome of capturing a successful run: the record and whether it is new."""
+
+    record: CapabilityRecord
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ListQuery:
+    """Filters, order and page of a capability listing (already validated)."""
+
+    like_pattern: str | None = None
+    named_only: bool = False
+    unnamed_only: bool = False
+    tags: tuple[str, ...] = ()
+    created_by: str | None = None
+    visibility: Visibility | None = None
+    sort_by: str = "usage"
+    descending: bool = True
+    limit: int = 50
+    offset: int = 0
+    record_type: RecordType = "capability"
+
+
+def _jsonable(data: dict[str, Any]) -> dict[str, Any]:
+    return {
+        key: value.isoformat() if isinstance(value, datetime) else value
+        for key, value in data.items()
+    }

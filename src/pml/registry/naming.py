@@ -1,0 +1,204 @@
+"""Name rules that need the database: uniqueness, renames with aliases, free FQDNs.
+
+    async with scoped_write(db, scope) as repo:         # one transaction, names locked
+        await ensure_name_free(repo, scope, "fs:read_json", "mcp__fs__read_json")
+        await apply_new_name(repo, scope, record, "fs:read_json", now)
+
+Display names are unique in an org/project across display names and aliases, and so are
+the MCP tool names they give. An alias always points at an FQDN, so renaming A to B to C
+leaves A and B both pointing at the same record: alias chains cannot exist.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import cast
+
+from sqlalchemy.exc import IntegrityError
+
+from pml.errors import InvalidInput, NameTaken, NotFound, PermissionDenied
+from pml.registry.fqdn import fqdn_candidates, message_value
+from pml.registry.models import CapabilityRecord
+from pml.registry.names import auto_display_name, split_display_name, tool_name_for
+from pml.registry.routing import Routing
+from pml.registry.scope import Scope
+from pml.storage.capability_repo import SqlCapabilityRepository
+from pml.storage.database import Database
+
+TAG_PATTERN = re.compile(r"[A-Za-z0-9_:.-]{1,64}")
+MAX_TAGS = 32
+MAX_DESCRIPTION = 4000
+SERVER_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+# Fields a new version rewrites on the record (the FQDN and the name never change).
+VERSIONED_FIELDS = (
+    "code",
+    "code_hash",
+    "intent",
+    "description",
+    "parameters_schema",
+    "tools_used",
+    "routing",
+    "version",
+    "version_tag",
+    "updated_by",
+    "updated_at",
+)
+
+
+@asynccontextmanager
+async def scoped_write(db: Database, scope: Scope) -> AsyncGenerator[SqlCapabilityRepository]:
+    """A write transaction holding the scope's name lock; unique-index races → NAME_TAKEN."""
+    try:
+        async with db.transaction() as conn:
+            repo = SqlCapabilityRepository(conn)
+            await repo.lock_scope(scope.org, scope.project)
+            yield repo
+    except IntegrityError as error:
+        raise NameTaken(
+            f"A concurrent change took this name or code in scope {scope.key}; try again"
+        ) from error
+
+
+def taken_message(name: str, scope: Scope) -> str:
+    """The exact SPEC message for a name already used in a scope."""
+    return f"Capability name '{name}' already exists in scope {scope.key}"
+
+
+async def ensure_name_free(
+    repo: SqlCapabilityRepository,
+    scope: Scope,
+    name: str,
+    tool_name: str,
+    *,
+    owner: str | None = None,
+) -> None:
+    """``NAME_TAKEN`` unless ``name`` and its tool name are free (or already ``owner``'s)."""
+    for found in (
+        await repo.name_owner(scope.org, scope.project, name),
+        await repo.tool_name_owner(scope.org, scope.project, tool_name),
+    ):
+        if found is not None and found != owner:
+            raise NameTaken(taken_message(name, scope))
+
+
+async def free_auto_name(
+    repo: SqlCapabilityRepository, scope: Scope, namespace: str, code_hash: str
+) -> tuple[str, str, str]:
+    """``(display_name, namespace, action)`` for an unnamed capability, longer on collision."""
+    for length in (8, 12, 16, 24, 32, 64):
+        prefix = code_hash[:length]
+        display_name, action = f"unnamed_{prefix}", f"exec_{prefix}"
+        if (
+            await repo.name_owner(scope.org, scope.project, display_name) is None
+            and await repo.tool_name_owner(
+                scope.org, scope.project, tool_name_for(namespace, action)
+            )
+            is None
+        ):
+            return display_name, namespace, action
+    raise NameTaken(taken_message(auto_display_name(code_hash), scope))
+
+
+async def free_fqdn(
+    repo: SqlCapabilityRepository, scope: Scope, namespace: str, action: str, code_hash: str
+) -> str:
+    """The shortest FQDN (4 hex, longer only on collision) not used yet."""
+    for candidate in fqdn_candidates(scope.org, scope.project, namespace, action, code_hash):
+        text = str(candidate)
+        if not await repo.fqdn_exists(text):
+            return text
+    raise NameTaken(f"No free FQDN for {namespace}.{action} in scope {scope.key}")
+
+
+async def owned(repo: SqlCapabilityRepository, scope: Scope, name: str) -> CapabilityRecord:
+    """The record ``name`` designates, which must belong to the caller's org/project."""
+    found = await repo.resolve_name(scope, name)
+    if found is None:
+        raise NotFound(f"Capability not found: {message_value(name)}")
+    record = found[0]
+    if (record.org, record.project) != (scope.org, scope.project):
+        raise PermissionDenied(
+            f"Capability '{record.display_name}' belongs to scope {record.scope_key}; "
+            f"it cannot be changed from scope {scope.key}"
+        )
+    return record
+
+
+async def apply_new_name(
+    repo: SqlCapabilityRepository,
+    scope: Scope,
+    record: CapabilityRecord,
+    new_name: str,
+    now: datetime,
+) -> None:
+    """Rename ``record``: the new name must be free; the old one becomes an alias."""
+    namespace, action = split_display_name(new_name, record.namespace)
+    tool_name = tool_name_for(namespace, action)
+    await ensure_name_free(repo, scope, new_name, tool_name, owner=record.fqdn)
+    # Taking back one of its own old names turns that alias into the display name again.
+    await repo.delete_alias(scope.org, scope.project, new_name)
+    await repo.insert_alias(
+        scope.org, scope.project, record.display_name, record.tool_name, record.fqdn, now
+    )
+    await repo.update_record(
+        record.fqdn,
+        display_name=new_name,
+        named=True,
+        namespace=namespace,
+        action=action,
+        tool_name=tool_name,
+        updated_by=scope.user,
+        updated_at=now,
+    )
+
+
+def check_tags(tags: object) -> list[str]:
+    """Tags as a de-duplicated list, or ``INVALID_INPUT`` naming the bad one."""
+    if isinstance(tags, str) or not isinstance(tags, Sequence):
+        raise InvalidInput("tags must be a list of strings", field="tags")
+    items: list[str] = []
+    for tag in tags:  # pyright: ignore[reportUnknownVariableType]
+        if not isinstance(tag, str) or not TAG_PATTERN.fullmatch(tag):
+            raise InvalidInput(
+                f"Invalid tag: {message_value(cast(object, tag))}. "
+                "Use 1-64 letters, digits, '_', ':', '.' or '-'.",
+                field="tags",
+            )
+        if tag not in items:
+            items.append(tag)
+    if len(items) > MAX_TAGS:
+        raise InvalidInput(f"At most {MAX_TAGS} tags per capability", field="tags")
+    return items
+
+
+def check_description(description: object) -> str:
+    """A description of at most 4000 characters."""
+    if not isinstance(description, str):
+        raise InvalidInput("description must be a string", field="description")
+    if len(description) > MAX_DESCRIPTION:
+        raise InvalidInput(
+            f"description is too long: {len(description)} characters (max: {MAX_DESCRIPTION})",
+            field="description",
+        )
+    return description
+
+
+def check_routing(routing: object) -> Routing:
+    """``local`` or ``cloud``."""
+    if routing == "local":
+        return "local"
+    if routing == "cloud":
+        return "cloud"
+    raise InvalidInput(
+        f"Invalid routing: {message_value(routing)}. Use local or cloud.", field="routing"
+    )
+
+
+def server_component(name: object) -> str:
+    """An upstream server name as an FQDN component (unsafe characters become ``_``)."""
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidInput("server name must be a non-empty string", field="name")
+    return SERVER_UNSAFE.sub("_", name.strip())[:64]

@@ -1,0 +1,58 @@
+"""Who is asking: the org, project and user every registry call is made for.
+
+    scope = Scope(org="acme", project="webapp", user="erwan")
+    scope.key  # "acme.webapp"
+
+Visibility decides which records a scope can see: ``private`` (its creator, in its own
+org/project), ``project`` (its org/project), ``org`` (its whole org), ``public`` (everyone).
+A record a scope cannot see behaves exactly like a missing one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from pml.errors import InvalidInput
+
+Visibility = Literal["private", "project", "org", "public"]
+VISIBILITIES: tuple[Visibility, ...] = get_args(Visibility)
+RecordType = Literal["capability", "mcp-server"]
+
+SCOPE_PART = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """The caller's org, project and user."""
+
+    org: str
+    project: str
+    user: str
+
+    def __post_init__(self) -> None:
+        for field, value in (("org", self.org), ("project", self.project)):
+            if not isinstance(value, str) or not SCOPE_PART.fullmatch(value):  # pyright: ignore[reportUnnecessaryIsInstance]
+                raise InvalidInput(
+                    f"Invalid {field}: {value!r}. Use 1-64 letters, digits, '_' or '-'.",
+                    field=field,
+                )
+        if not isinstance(self.user, str) or not self.user or len(self.user) > 128:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise InvalidInput("Invalid user: must be 1-128 characters.", field="user")
+
+    @property
+    def key(self) -> str:
+        """``org.project``, as error messages name the scope."""
+        return f"{self.org}.{self.project}"
+
+
+def check_visibility(value: object) -> Visibility:
+    """The value as a visibility, or ``INVALID_INPUT`` naming the allowed ones."""
+    for allowed in VISIBILITIES:
+        if value == allowed:
+            return allowed
+    raise InvalidInput(
+        f"Invalid visibility: {value!r}. Use one of: {', '.join(VISIBILITIES)}.",
+        field="visibility",
+    )

@@ -1,0 +1,414 @@
+"""The capability registry: every rule about identity, names, aliases, versions and usage.
+
+    registry = CapabilityRegistry(db, routing=RoutingRules(cloud=["search-*"]))
+    result = await registry.capture(scope, CapabilityDraft(code=..., intent=..., tools_used=[...]),
+                                    latency_ms=12.5)
+    found = await registry.resolve(scope, "fs:read_json@v1")
+    await registry.rename(scope, "unnamed_a7f3b2c1", RenameChanges(new_name="fs:read_json"))
+
+Every write is one transaction: it either happens whole or leaves no trace. Name changes in
+a scope are serialised (an advisory lock on PostgreSQL, the single writer on SQLite), and
+the unique indexes are the last line of defence against races.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from pml.analysis.code_hash import normalized_code_hash
+from pml.errors import InvalidInput, NameTaken, NotFound
+from pml.registry import naming
+from pml.registry.fqdn import Fqdn, is_fqdn, message_value
+from pml.registry.models import (
+    AliasRecord,
+    CapabilityRecord,
+    CaptureResult,
+    ListQuery,
+    Page,
+    Resolved,
+    VersionRecord,
+)
+from pml.registry.names import (
+    namespace_from_tools,
+    split_display_name,
+    tool_name_for,
+    validate_name,
+)
+from pml.registry.records import (
+    EMPTY_SCHEMA,
+    blank_record,
+    check_ref,
+    check_version_tag,
+    current_version,
+    summarise_change,
+    version_of,
+    without_spec,
+)
+from pml.registry.routing import Routing, resolve_routing
+from pml.registry.scope import Scope, Visibility, check_visibility
+from pml.registry.versions import parse_version_spec, select_version, split_name_and_spec
+from pml.storage.capability_repo import SqlCapabilityRepository
+from pml.storage.database import Database
+from pml.storage.types import utc_now
+
+logger = logging.getLogger(__name__)
+
+MAX_REF_LENGTH = 400
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingRules:
+    """The ``[routing]`` server patterns (§8): cloud only where a cloud pattern names it."""
+
+    cloud: tuple[str, ...] = ()
+    local: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CapabilityDraft:
+    """What a successful run tells the registry about the code it ran."""
+
+    code: str
+    intent: str | None = None
+    tools_used: Sequence[str] = ()
+    parameters_schema: dict[str, Any] = field(default_factory=lambda: dict(EMPTY_SCHEMA))
+    description: str | None = None
+    name: str | None = None
+    visibility: Visibility = "project"
+    tags: Sequence[str] = ()
+    routing: Routing | None = None
+    version_tag: str | None = None
+    change_summary: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RenameChanges:
+    """The optional changes of ``cap_rename``; None leaves a field as it is."""
+
+    new_name: str | None = None
+    description: str | None = None
+    tags: Sequence[str] | None = None
+    visibility: Visibility | None = None
+    routing: Routing | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Whois:
+    """A record with its aliases and the number of its versions."""
+
+    record: CapabilityRecord
+    aliases: list[AliasRecord]
+    version_count: int
+
+
+class CapabilityRegistry:
+    """Creates, names, versions, resolves and counts capabilities in their scopes."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        routing: RoutingRules | None = None,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self._db = db
+        self._routing = routing or RoutingRules()
+        self._clock = clock
+
+    # -- reads ---------------------------------------------------------------------------
+
+    async def resolve(self, scope: Scope, ref: object) -> Resolved:
+        """The record and version a reference designates (name, alias, FQDN, tool name, @spec)."""
+        name, spec = split_name_and_spec(check_ref(ref))
+        async with self._db.read() as conn:
+            repo = SqlCapabilityRepository(conn)
+            found = await repo.resolve_name(scope, name) if len(name) <= MAX_REF_LENGTH else None
+            if found is None:
+                raise NotFound(f"Capability not found: {message_value(ref)}")
+            record, via_alias = found
+            if spec is None or spec == "latest":
+                version = current_version(record)
+            else:
+                parsed = parse_version_spec(spec, name)
+                version = select_version(await repo.versions_of(record.fqdn), parsed, name)
+        if via_alias is not None:
+            logger.warning(
+                'Deprecated: Using alias "%s" for capability "%s". Update your code.',
+                via_alias,
+                record.display_name,
+            )
+        return Resolved(record=record, version=version, via_alias=via_alias)
+
+    async def whois(self, scope: Scope, fqdn: object) -> Whois:
+        """The full record behind an FQDN, its aliases and version count."""
+        parsed = str(Fqdn.parse(fqdn))
+        async with self._db.read() as conn:
+            repo = SqlCapabilityRepository(conn)
+            record = await repo.get_visible(scope, parsed)
+            if record is None:
+                raise NotFound(f"Capability not found: {parsed}")
+            return Whois(record, await repo.aliases_of(parsed), await repo.count_versions(parsed))
+
+    async def history(
+        self, scope: Scope, ref: object
+    ) -> tuple[CapabilityRecord, list[VersionRecord]]:
+        """A record and its versions, newest first."""
+        record = (await self.resolve(scope, without_spec(ref, "cap_history"))).record
+        async with self._db.read() as conn:
+            versions = await SqlCapabilityRepository(conn).versions_of(record.fqdn)
+        return record, list(reversed(versions))
+
+    async def list(self, scope: Scope, query: ListQuery) -> Page:
+        """One page of what ``scope`` may see."""
+        async with self._db.read() as conn:
+            return await SqlCapabilityRepository(conn).list_visible(scope, query)
+
+    async def counts(self, scope: Scope) -> dict[str, int]:
+        """Named and unnamed capabilities and MCP servers visible to ``scope``."""
+        async with self._db.read() as conn:
+            return await SqlCapabilityRepository(conn).count_by_type(scope)
+
+    # -- writes --------------------------------------------------------------------------
+
+    async def capture(
+        self, scope: Scope, draft: CapabilityDraft, *, latency_ms: float
+    ) -> CaptureResult:
+        """Record a successful run: the same normalised code in a scope is one capability."""
+        code_hash = normalized_code_hash(draft.code)
+        name = validate_name(draft.name) if draft.name is not None else None
+        tags = naming.check_tags(draft.tags)
+        visibility = check_visibility(draft.visibility)
+        now = self._clock()
+        async with self._write(scope) as repo:
+            existing = await repo.find_by_code_hash(scope.org, scope.project, code_hash)
+            if existing is not None:
+                await repo.record_usage(existing.fqdn, success=True, latency_ms=latency_ms, at=now)
+                if name is not None and not existing.named and name != existing.display_name:
+                    await naming.apply_new_name(repo, scope, existing, name, now)
+                record = await repo.get(existing.fqdn)
+                assert record is not None
+                return CaptureResult(record=record, created=False)
+            record = await self._new_record(repo, scope, draft, code_hash, name, now)
+            record = replace(
+                record,
+                tags=tags,
+                visibility=visibility,
+                usage_count=1,
+                success_count=1,
+                total_latency_ms=latency_ms,
+                last_used_at=now,
+            )
+            await repo.insert_record(record)
+            await repo.insert_version(
+                version_of(record, change_summary=draft.change_summary or "created")
+            )
+            return CaptureResult(record=record, created=True)
+
+    async def update_code(
+        self, scope: Scope, ref: object, draft: CapabilityDraft
+    ) -> CapabilityRecord:
+        """A new version of an existing capability (same FQDN, version + 1, history kept)."""
+        code_hash = normalized_code_hash(draft.code)
+        tag = check_version_tag(draft.version_tag)
+        now = self._clock()
+        async with self._write(scope) as repo:
+            record = await naming.owned(repo, scope, without_spec(ref, "update"))
+            if code_hash == record.code_hash:
+                return record
+            other = await repo.find_by_code_hash(scope.org, scope.project, code_hash)
+            if other is not None:
+                raise InvalidInput(
+                    f"This code is already capability '{other.display_name}' ({other.fqdn})",
+                    field="code",
+                )
+            if tag is not None and any(
+                v.version_tag == tag for v in await repo.versions_of(record.fqdn)
+            ):
+                raise InvalidInput(f"Version tag {tag} already exists for {record.display_name}")
+            tools = list(draft.tools_used)
+            updated = replace(
+                record,
+                code=draft.code,
+                code_hash=code_hash,
+                intent=draft.intent or record.intent,
+                description=draft.description or record.description,
+                parameters_schema=draft.parameters_schema,
+                tools_used=tools,
+                routing=await self._routing_of(repo, scope, tools, record.routing_override),
+                version=record.version + 1,
+                version_tag=tag,
+                updated_by=scope.user,
+                updated_at=now,
+            )
+            summary = draft.change_summary or summarise_change(record.code or "", draft.code)
+            await repo.update_record(
+                record.fqdn,
+                **{k: getattr(updated, k) for k in naming.VERSIONED_FIELDS},
+            )
+            await repo.insert_version(version_of(updated, change_summary=summary))
+            return updated
+
+    async def rename(self, scope: Scope, ref: object, changes: RenameChanges) -> CapabilityRecord:
+        """Change a record's name and metadata atomically; the old name becomes an alias."""
+        new_name = validate_name(changes.new_name) if changes.new_name is not None else None
+        values: dict[str, Any] = {}
+        if changes.description is not None:
+            values["description"] = naming.check_description(changes.description)
+        if changes.tags is not None:
+            values["tags"] = naming.check_tags(changes.tags)
+        if changes.visibility is not None:
+            values["visibility"] = check_visibility(changes.visibility)
+        if changes.routing is not None:
+            values["routing"] = values["routing_override"] = naming.check_routing(changes.routing)
+        now = self._clock()
+        async with self._write(scope) as repo:
+            record = await naming.owned(repo, scope, without_spec(ref, "cap_rename"))
+            if new_name is not None and new_name != record.display_name:
+                if record.record_type == "mcp-server":
+                    raise InvalidInput("MCP server records keep their mcp:<name> display name")
+                await naming.apply_new_name(repo, scope, record, new_name, now)
+            if values:
+                await repo.update_record(
+                    record.fqdn, updated_by=scope.user, updated_at=now, **values
+                )
+            updated = await repo.get(record.fqdn)
+            assert updated is not None
+            return updated
+
+    async def record_usage(self, fqdn: str, *, success: bool, latency_ms: float) -> None:
+        """Count one run of a capability (usage, success, latency, last used)."""
+        async with self._db.transaction() as conn:
+            await SqlCapabilityRepository(conn).record_usage(
+                fqdn, success=success, latency_ms=latency_ms, at=self._clock()
+            )
+
+    async def register_mcp_server(
+        self,
+        scope: Scope,
+        name: str,
+        *,
+        code_url: str,
+        routing: Routing = "local",
+        visibility: Visibility = "project",
+        description: str | None = None,
+    ) -> CaptureResult:
+        """Record an upstream server as ``mcp:<name>``; a changed command is a new version."""
+        server = naming.server_component(name)
+        display_name = f"mcp:{server}"
+        now = self._clock()
+        async with self._write(scope) as repo:
+            owner = await repo.name_owner(scope.org, scope.project, display_name)
+            existing = await repo.get(owner) if owner else None
+            if existing is not None and existing.record_type == "mcp-server":
+                if existing.code_url == code_url:
+                    return CaptureResult(record=existing, created=False)
+                updated = replace(
+                    existing,
+                    code_url=code_url,
+                    version=existing.version + 1,
+                    version_tag=None,
+                    updated_by=scope.user,
+                    updated_at=now,
+                )
+                await repo.update_record(
+                    existing.fqdn,
+                    code_url=code_url,
+                    version=updated.version,
+                    version_tag=None,
+                    updated_by=scope.user,
+                    updated_at=now,
+                )
+                await repo.insert_version(version_of(updated, change_summary="command changed"))
+                return CaptureResult(record=updated, created=False)
+            if existing is not None:
+                raise NameTaken(naming.taken_message(display_name, scope))
+            digest = hashlib.sha256(f"{server}\0{code_url}".encode()).hexdigest()
+            fqdn = await naming.free_fqdn(repo, scope, "mcp", server, digest)
+            record = replace(
+                blank_record(scope, fqdn, now),
+                record_type="mcp-server",
+                display_name=display_name,
+                named=True,
+                namespace="mcp",
+                action=server,
+                tool_name=tool_name_for("mcp", server),
+                code_url=code_url,
+                description=description,
+                routing=routing,
+                visibility=check_visibility(visibility),
+                tags=["mcp-server"],
+            )
+            await repo.insert_record(record)
+            await repo.insert_version(version_of(record, change_summary="registered"))
+            return CaptureResult(record=record, created=True)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _write(self, scope: Scope) -> AbstractAsyncContextManager[SqlCapabilityRepository]:
+        return naming.scoped_write(self._db, scope)
+
+    async def _new_record(
+        self,
+        repo: SqlCapabilityRepository,
+        scope: Scope,
+        draft: CapabilityDraft,
+        code_hash: str,
+        name: str | None,
+        now: datetime,
+    ) -> CapabilityRecord:
+        tools = list(draft.tools_used)
+        base_namespace = namespace_from_tools(tools)
+        if name is not None:
+            namespace, action = split_display_name(name, base_namespace)
+            display_name = name
+            await naming.ensure_name_free(repo, scope, name, tool_name_for(namespace, action))
+        else:
+            display_name, namespace, action = await naming.free_auto_name(
+                repo, scope, base_namespace, code_hash
+            )
+        fqdn = await naming.free_fqdn(repo, scope, namespace, action, code_hash)
+        blank = blank_record(scope, fqdn, now)
+        return replace(
+            blank,
+            display_name=display_name,
+            named=name is not None,
+            namespace=namespace,
+            action=action,
+            tool_name=tool_name_for(namespace, action),
+            code=draft.code,
+            code_hash=code_hash,
+            intent=draft.intent,
+            description=draft.description,
+            parameters_schema=draft.parameters_schema,
+            tools_used=tools,
+            routing=await self._routing_of(repo, scope, tools, draft.routing),
+            routing_override=draft.routing,
+            version_tag=check_version_tag(draft.version_tag),
+        )
+
+    async def _routing_of(
+        self,
+        repo: SqlCapabilityRepository,
+        scope: Scope,
+        tools: Sequence[str],
+        explicit: Routing | None,
+    ) -> Routing:
+        capability_routing: dict[str, Routing] = {}
+        for ref in tools:
+            if is_fqdn(ref) or ref.startswith("mcp__"):
+                found = await repo.resolve_name(scope, ref)
+                if found is not None:
+                    capability_routing[ref] = found[0].routing
+        return resolve_routing(
+            tools,
+            cloud_patterns=self._routing.cloud,
+            local_patterns=self._routing.local,
+            explicit=explicit,
+            capability_routing=capability_routing,
+        )

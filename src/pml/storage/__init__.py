@@ -1,0 +1,1 @@
+"""Storage: the schema, migrations and repositories shared by SQLite and PostgreSQL."""

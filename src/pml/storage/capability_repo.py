@@ -1,0 +1,306 @@
+"""SQL queries over the capability tables; no rules here (those live in the registry service).
+
+A repository is bound to one connection, so a service composes several calls into one
+transaction::
+
+    async with db.transaction() as conn:
+        repo = SqlCapabilityRepository(conn)
+        found = await repo.resolve_name(scope, "fs:read_json")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from pml.registry.models import AliasRecord, CapabilityRecord, ListQuery, Page, VersionRecord
+from pml.registry.patterns import LIKE_ESCAPE
+from pml.registry.scope import Scope
+from pml.storage.tables import (
+    capability_aliases as aliases,
+)
+from pml.storage.tables import (
+    capability_records as records,
+)
+from pml.storage.tables import (
+    capability_tags as tags_table,
+)
+from pml.storage.tables import (
+    capability_versions as versions,
+)
+
+RECORD_FIELDS = tuple(column.key for column in records.columns)
+VERSION_COLUMNS = [versions.c[name] for name in VersionRecord.__slots__]  # type: ignore[attr-defined]
+SORT_COLUMNS = {
+    "usage": records.c.usage_count,
+    "name": records.c.display_name,
+    "created": records.c.created_at,
+}
+
+
+def visible_to(scope: Scope) -> sa.ColumnElement[bool]:
+    """The SQL condition for records ``scope`` may see."""
+    r = records.c
+    return sa.or_(
+        sa.and_(
+            r.org == scope.org,
+            r.project == scope.project,
+            sa.or_(r.visibility != "private", r.created_by == scope.user),
+        ),
+        sa.and_(r.org == scope.org, r.visibility == "org"),
+        r.visibility == "public",
+    )
+
+
+def _in_own_scope(scope: Scope) -> sa.ColumnElement[bool]:
+    r = records.c
+    return sa.and_(
+        r.org == scope.org,
+        r.project == scope.project,
+        sa.or_(r.visibility != "private", r.created_by == scope.user),
+    )
+
+
+def _record(row: sa.Row[Any]) -> CapabilityRecord:
+    data = row._mapping  # pyright: ignore[reportPrivateUsage]
+    return CapabilityRecord(**{name: data[name] for name in RECORD_FIELDS})
+
+
+def _version(row: sa.Row[Any]) -> VersionRecord:
+    return VersionRecord(**dict(row._mapping))  # pyright: ignore[reportPrivateUsage]
+
+
+class SqlCapabilityRepository:
+    """Queries over ``capability_*`` tables on one connection (SQLite or PostgreSQL)."""
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+
+    async def lock_scope(self, org: str, project: str) -> None:
+        """Serialise name changes in one scope until the transaction ends (PostgreSQL)."""
+        if self.conn.dialect.name == "postgresql":
+            await self.conn.execute(
+                sa.text("SELECT pg_advisory_xact_lock(hashtext(:key))"),
+                {"key": f"pml-names:{org}.{project}"},
+            )
+
+    async def resolve_name(
+        self, scope: Scope, name: str
+    ) -> tuple[CapabilityRecord, str | None] | None:
+        """The record a name designates for ``scope``, and the alias used (if any).
+
+        Order: display name in scope, alias in scope, tool name in scope, tool-name alias in
+        scope, FQDN, public display name of another scope. One round trip.
+        """
+        r, a = records.c, aliases.c
+        own = _in_own_scope(scope)
+        alias_join = records.join(aliases, a.target_fqdn == r.fqdn)
+        cols = [*records.c]
+
+        def branch(priority: int, alias: Any, source: Any, *where: Any) -> Any:
+            return (
+                sa.select(*cols, sa.literal(priority).label("priority"), alias.label("via_alias"))
+                .select_from(source)
+                .where(*where)
+            )
+
+        in_scope = (a.org == scope.org, a.project == scope.project)
+        query = sa.union_all(
+            branch(1, sa.null(), records, own, r.display_name == name),
+            branch(2, a.alias, alias_join, *in_scope, a.alias == name, own),
+            branch(3, sa.null(), records, own, r.tool_name == name),
+            branch(4, a.alias, alias_join, *in_scope, a.tool_name == name, own),
+            branch(5, sa.null(), records, visible_to(scope), r.fqdn == name),
+            branch(6, sa.null(), records, r.visibility == "public", r.display_name == name),
+        )
+        ordered = sa.select(query.subquery()).order_by(
+            sa.column("priority"), sa.column("created_at"), sa.column("fqdn")
+        )
+        row = (await self.conn.execute(ordered.limit(1))).first()
+        if row is None:
+            return None
+        return _record(row), row._mapping["via_alias"]  # pyright: ignore[reportPrivateUsage]
+
+    async def get_visible(self, scope: Scope, fqdn: str) -> CapabilityRecord | None:
+        """The record with this FQDN if ``scope`` may see it."""
+        query = sa.select(records).where(records.c.fqdn == fqdn, visible_to(scope))
+        row = (await self.conn.execute(query)).first()
+        return _record(row) if row else None
+
+    async def get(self, fqdn: str) -> CapabilityRecord | None:
+        """The record with this FQDN, whoever owns it (for services, after their checks)."""
+        row = (await self.conn.execute(sa.select(records).where(records.c.fqdn == fqdn))).first()
+        return _record(row) if row else None
+
+    async def find_by_code_hash(
+        self, org: str, project: str, code_hash: str
+    ) -> CapabilityRecord | None:
+        """The capability of this org/project whose current code has this hash."""
+        query = sa.select(records).where(
+            records.c.org == org, records.c.project == project, records.c.code_hash == code_hash
+        )
+        row = (await self.conn.execute(query)).first()
+        return _record(row) if row else None
+
+    async def fqdn_exists(self, fqdn: str) -> bool:
+        """Whether any record already uses this FQDN."""
+        query = sa.select(sa.literal(1)).where(records.c.fqdn == fqdn)
+        return (await self.conn.execute(query)).first() is not None
+
+    async def name_owner(self, org: str, project: str, name: str) -> str | None:
+        """FQDN of the record using ``name`` as display name or alias in this org/project."""
+        r, a = records.c, aliases.c
+        query = sa.union_all(
+            sa.select(r.fqdn).where(r.org == org, r.project == project, r.display_name == name),
+            sa.select(a.target_fqdn).where(a.org == org, a.project == project, a.alias == name),
+        )
+        return (await self.conn.execute(query)).scalars().first()
+
+    async def tool_name_owner(self, org: str, project: str, tool_name: str) -> str | None:
+        """FQDN of the record whose MCP tool name (current or aliased) is ``tool_name``."""
+        r, a = records.c, aliases.c
+        query = sa.union_all(
+            sa.select(r.fqdn).where(r.org == org, r.project == project, r.tool_name == tool_name),
+            sa.select(a.target_fqdn).where(
+                a.org == org, a.project == project, a.tool_name == tool_name
+            ),
+        )
+        return (await self.conn.execute(query)).scalars().first()
+
+    async def insert_record(self, record: CapabilityRecord) -> None:
+        """Insert a new record and its tag rows."""
+        values = {name: getattr(record, name) for name in RECORD_FIELDS}
+        await self.conn.execute(records.insert().values(values))
+        await self.replace_tags(record.fqdn, record.tags)
+
+    async def update_record(self, fqdn: str, **values: Any) -> None:
+        """Change some columns of one record (tags also update the tag index)."""
+        await self.conn.execute(records.update().where(records.c.fqdn == fqdn).values(values))
+        if "tags" in values:
+            await self.replace_tags(fqdn, values["tags"])
+
+    async def replace_tags(self, fqdn: str, tags: Sequence[str]) -> None:
+        """Make the tag index rows of ``fqdn`` equal to ``tags``."""
+        await self.conn.execute(tags_table.delete().where(tags_table.c.fqdn == fqdn))
+        if tags:
+            await self.conn.execute(
+                tags_table.insert(), [{"fqdn": fqdn, "tag": tag} for tag in dict.fromkeys(tags)]
+            )
+
+    async def insert_version(self, version: VersionRecord) -> None:
+        """Append one version row."""
+        values = {name: getattr(version, name) for name in VersionRecord.__slots__}  # type: ignore[attr-defined]
+        await self.conn.execute(versions.insert().values(values))
+
+    async def versions_of(self, fqdn: str) -> list[VersionRecord]:
+        """Every version of a record, oldest first."""
+        query = (
+            sa.select(*VERSION_COLUMNS)
+            .where(versions.c.capability_fqdn == fqdn)
+            .order_by(versions.c.version)
+        )
+        return [_version(row) for row in await self.conn.execute(query)]
+
+    async def count_versions(self, fqdn: str) -> int:
+        """How many versions a record has."""
+        query = sa.select(sa.func.count()).where(versions.c.capability_fqdn == fqdn)
+        return int((await self.conn.execute(query)).scalar_one())
+
+    async def insert_alias(
+        self, org: str, project: str, alias: str, tool_name: str, fqdn: str, at: datetime
+    ) -> None:
+        """Make ``alias`` (an old display name) resolve to ``fqdn``."""
+        await self.conn.execute(
+            aliases.insert().values(
+                org=org,
+                project=project,
+                alias=alias,
+                tool_name=tool_name,
+                target_fqdn=fqdn,
+                created_at=at,
+            )
+        )
+
+    async def delete_alias(self, org: str, project: str, alias: str) -> None:
+        """Forget one alias (used when a record takes its old name back)."""
+        a = aliases.c
+        await self.conn.execute(
+            aliases.delete().where(a.org == org, a.project == project, a.alias == alias)
+        )
+
+    async def aliases_of(self, fqdn: str) -> list[AliasRecord]:
+        """Every alias pointing at ``fqdn``, oldest first."""
+        a = aliases.c
+        query = (
+            sa.select(a.alias, a.target_fqdn, a.created_at)
+            .where(a.target_fqdn == fqdn)
+            .order_by(a.created_at, a.alias)
+        )
+        return [AliasRecord(**dict(row._mapping)) for row in await self.conn.execute(query)]  # pyright: ignore[reportPrivateUsage]
+
+    async def record_usage(
+        self, fqdn: str, *, success: bool, latency_ms: float, at: datetime
+    ) -> None:
+        """Count one run: usage, success and latency are incremented in the database."""
+        r = records.c
+        await self.conn.execute(
+            records.update()
+            .where(r.fqdn == fqdn)
+            .values(
+                usage_count=r.usage_count + 1,
+                success_count=r.success_count + (1 if success else 0),
+                total_latency_ms=r.total_latency_ms + latency_ms,
+                last_used_at=at,
+            )
+        )
+
+    async def list_visible(self, scope: Scope, query: ListQuery) -> Page:
+        """One page of the records ``scope`` may see, filtered and ordered."""
+        r = records.c
+        where: list[sa.ColumnElement[bool]] = [
+            visible_to(scope),
+            r.record_type == query.record_type,
+        ]
+        if query.like_pattern is not None:
+            where.append(r.display_name.like(query.like_pattern, escape=LIKE_ESCAPE))
+        if query.named_only:
+            where.append(r.named.is_(True))
+        if query.unnamed_only:
+            where.append(r.named.is_(False))
+        if query.created_by is not None:
+            where.append(r.created_by == query.created_by)
+        if query.visibility is not None:
+            where.append(r.visibility == query.visibility)
+        for tag in query.tags:
+            where.append(sa.exists().where(tags_table.c.fqdn == r.fqdn, tags_table.c.tag == tag))
+        total_query = sa.select(sa.func.count()).select_from(records).where(*where)
+        total = int((await self.conn.execute(total_query)).scalar_one())
+        sort = SORT_COLUMNS[query.sort_by]
+        order = [sort.desc() if query.descending else sort.asc(), r.fqdn.asc()]
+        page_query = (
+            sa.select(records)
+            .where(*where)
+            .order_by(*order)
+            .limit(query.limit)
+            .offset(query.offset)
+        )
+        items = [_record(row) for row in await self.conn.execute(page_query)]
+        return Page(items=items, total=total)
+
+    async def count_by_type(self, scope: Scope) -> dict[str, int]:
+        """How many visible records of each kind (named/unnamed capabilities, servers)."""
+        r = records.c
+        kind = sa.case(
+            (r.record_type == "mcp-server", "mcp_servers"),
+            (r.named.is_(True), "named"),
+            else_="unnamed",
+        ).label("kind")
+        query = sa.select(kind, sa.func.count()).where(visible_to(scope)).group_by(kind)
+        counts = {"named": 0, "unnamed": 0, "mcp_servers": 0}
+        for row in await self.conn.execute(query):
+            counts[str(row[0])] = int(row[1])
+        return counts

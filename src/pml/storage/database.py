@@ -1,0 +1,184 @@
+"""One async database for both backends: an embedded SQLite file or a shared PostgreSQL.
+
+    db = await Database.open("sqlite:///tmp/pml.db")      # migrations applied on open
+    async with db.transaction() as conn:                   # one atomic unit of work
+        await conn.execute(...)
+    async with db.read() as conn:                          # a read-only round trip
+        ...
+    await db.close()
+
+URLs are given the way users write them (``sqlite:///path``, ``postgresql://...``); the
+async driver is chosen here. SQLite connections get foreign keys, WAL, a busy timeout and
+case-sensitive ``LIKE`` so both backends match the same rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from pml.errors import ConfigError, StorageError
+
+logger = logging.getLogger(__name__)
+
+# Serialises concurrent migrations of replicas sharing one PostgreSQL database.
+MIGRATION_LOCK_KEY = 0x504D4C  # "PML"
+
+
+def async_url(url: str) -> sa.URL:
+    """The SQLAlchemy URL with the async driver for a user-written database URL."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as error:
+        raise ConfigError(f"Invalid database_url: {url!r}") from error
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        return parsed.set(drivername="sqlite+aiosqlite")
+    if backend in {"postgresql", "postgres"}:
+        return parsed.set(drivername="postgresql+asyncpg")
+    raise ConfigError(
+        f"Unsupported database_url scheme {parsed.drivername!r}: use sqlite:/// or postgresql://"
+    )
+
+
+def describe_url(url: str) -> str:
+    """The database URL with any password hidden, for status output and logs."""
+    return (
+        async_url(url).set(drivername=make_url(url).drivername).render_as_string(hide_password=True)
+    )
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    for pragma in (
+        "PRAGMA foreign_keys = ON",
+        "PRAGMA journal_mode = WAL",
+        "PRAGMA synchronous = NORMAL",
+        "PRAGMA busy_timeout = 30000",
+        "PRAGMA case_sensitive_like = ON",
+    ):
+        cursor.execute(pragma)
+    cursor.close()
+
+
+def create_engine(url: str) -> AsyncEngine:
+    """An async engine for a user-written database URL (the SQLite folder is created)."""
+    target = async_url(url)
+    if target.get_backend_name() == "sqlite":
+        database = target.database or ""
+        if database not in {"", ":memory:"}:
+            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(target, connect_args={"timeout": 30})
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_async_engine(target, pool_size=10, max_overflow=20, pool_pre_ping=True)
+
+
+def _alembic_config(connection: sa.Connection | None) -> Config:
+    config = Config()
+    config.set_main_option(
+        "script_location", str(resources.files("pml.storage").joinpath("migrations"))
+    )
+    config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str:
+    """The newest migration revision shipped with this version of PML."""
+    script = ScriptDirectory.from_config(_alembic_config(None))
+    head = script.get_current_head()
+    assert head is not None
+    return head
+
+
+def _upgrade(connection: sa.Connection, revision: str) -> None:
+    if connection.dialect.name == "postgresql":
+        connection.execute(
+            sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY}
+        )
+    command.upgrade(_alembic_config(connection), revision)
+
+
+def _current_revision(connection: sa.Connection) -> str | None:
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+class Database:
+    """An async engine plus the two ways code uses it: transactions and reads."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self.engine.dialect.name
+
+    @classmethod
+    async def open(cls, url: str, *, migrate: bool = True) -> Database:
+        """Connect, and apply pending migrations unless ``migrate`` is false."""
+        database = cls(create_engine(url))
+        if migrate:
+            try:
+                await database.upgrade()
+            except BaseException:
+                await database.close()
+                raise
+        return database
+
+    async def upgrade(self, revision: str = "head") -> None:
+        """Apply migrations up to ``revision`` (concurrent replicas wait for each other)."""
+        try:
+            async with self.engine.begin() as conn:
+                await conn.run_sync(_upgrade, revision)
+        except (OSError, SQLAlchemyError) as error:
+            raise StorageError(f"Database migration failed: {_reason(error)}") from error
+
+    async def current_revision(self) -> str | None:
+        """The migration revision the database is at (None when blank)."""
+        async with self.read() as conn:
+            return await conn.run_sync(_current_revision)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncGenerator[AsyncConnection]:
+        """A connection in a transaction, committed on success and rolled back on error."""
+        try:
+            async with self.engine.begin() as conn:
+                yield conn
+        except IntegrityError:
+            raise  # a constraint the caller's rules translate (e.g. a name race → NAME_TAKEN)
+        except (OSError, DBAPIError) as error:
+            raise StorageError(f"Database error: {_reason(error)}") from error
+
+    @asynccontextmanager
+    async def read(self) -> AsyncGenerator[AsyncConnection]:
+        """A connection for reads; nothing it does is committed."""
+        try:
+            async with self.engine.connect() as conn:
+                yield conn
+        except (OSError, DBAPIError) as error:
+            raise StorageError(f"Database error: {_reason(error)}") from error
+
+    async def close(self) -> None:
+        """Close every pooled connection."""
+        await self.engine.dispose()
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, DBAPIError) and error.orig is not None:
+        return " ".join(str(error.orig).split())
+    return " ".join(str(error).split()) or type(error).__name__

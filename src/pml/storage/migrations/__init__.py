@@ -1,0 +1,1 @@
+"""Alembic migrations for PML (SQLite and PostgreSQL), run by ``pml.storage.database``."""

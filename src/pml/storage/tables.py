@@ -1,0 +1,260 @@
+"""The schema of PML, as SQLAlchemy Core tables shared by SQLite and PostgreSQL.
+
+Migrations under ``storage/migrations`` create exactly these tables; a test compares the
+migrated database with this metadata, so the two cannot drift apart.
+
+    capability_records   one row per capability or MCP server (FQDN is the primary key)
+    capability_aliases   old display names -> FQDN (aliases point at FQDNs: no chains)
+    capability_versions  append-only code history (UPDATE is refused by a trigger)
+    capability_tags      one row per (record, tag): an index for the ``tags`` filter
+    tool_schema          the upstream tool catalog, with a hash per definition
+    tool_usage           one row per tool call
+    execution_traces     traces of snippet runs (local client or server)
+    workflow_state       short-lived state with an expiry (client routing, approvals)
+    audit_events         the audit log
+    permission_grants    permission tokens
+    api_keys             API keys, stored as SHA-256 hashes
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from pml.storage.types import JsonValue, UtcDateTime
+
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+    }
+)
+
+NAME = sa.String(64)
+SCOPE_PART = sa.String(64)
+
+capability_records = sa.Table(
+    "capability_records",
+    metadata,
+    sa.Column("fqdn", sa.String(400), primary_key=True),
+    sa.Column("id", sa.String(36), nullable=False, unique=True),
+    sa.Column("record_type", sa.String(16), nullable=False, server_default="capability"),
+    sa.Column("org", SCOPE_PART, nullable=False),
+    sa.Column("project", SCOPE_PART, nullable=False),
+    sa.Column("display_name", NAME, nullable=False),
+    sa.Column("named", sa.Boolean(), nullable=False, server_default=sa.false()),
+    # namespace/action/tool_name follow the display name; the FQDN keeps its creation parts.
+    sa.Column("namespace", NAME, nullable=False),
+    sa.Column("action", NAME, nullable=False),
+    sa.Column("tool_name", sa.String(160), nullable=False),
+    sa.Column("hash", sa.String(64), nullable=False),
+    sa.Column("code", sa.Text(), nullable=True),
+    sa.Column("code_hash", sa.String(64), nullable=True),
+    sa.Column("code_url", sa.Text(), nullable=True),
+    sa.Column("intent", sa.Text(), nullable=True),
+    sa.Column("description", sa.Text(), nullable=True),
+    sa.Column("parameters_schema", JsonValue(), nullable=False),
+    sa.Column("tools_used", JsonValue(), nullable=False),
+    sa.Column("routing", sa.String(8), nullable=False),
+    sa.Column("routing_override", sa.String(8), nullable=True),
+    sa.Column("tags", JsonValue(), nullable=False),
+    sa.Column("visibility", sa.String(16), nullable=False, server_default="project"),
+    sa.Column("version", sa.Integer(), nullable=False, server_default="1"),
+    sa.Column("version_tag", sa.String(64), nullable=True),
+    sa.Column("created_by", sa.String(128), nullable=False),
+    sa.Column("created_at", UtcDateTime(), nullable=False),
+    sa.Column("updated_by", sa.String(128), nullable=False),
+    sa.Column("updated_at", UtcDateTime(), nullable=False),
+    sa.Column("verified", sa.Boolean(), nullable=False, server_default=sa.false()),
+    sa.Column("signature", sa.Text(), nullable=True),
+    sa.Column("usage_count", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("success_count", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("total_latency_ms", sa.Float(), nullable=False, server_default="0"),
+    sa.Column("last_used_at", UtcDateTime(), nullable=True),
+    sa.CheckConstraint("record_type IN ('capability', 'mcp-server')", name="record_type"),
+    sa.CheckConstraint("visibility IN ('private', 'project', 'org', 'public')", name="visibility"),
+    sa.CheckConstraint("routing IN ('local', 'cloud')", name="routing"),
+    sa.Index(None, "org", "project"),
+    sa.Index(None, "org", "project", "display_name", unique=True),
+    sa.Index(None, "org", "project", "tool_name", unique=True),
+    sa.Index(None, "org", "project", "code_hash", unique=True),
+    sa.Index(None, "display_name"),
+    sa.Index(None, "namespace"),
+    sa.Index(None, "created_by"),
+    sa.Index(None, "visibility"),
+)
+
+capability_aliases = sa.Table(
+    "capability_aliases",
+    metadata,
+    sa.Column("org", SCOPE_PART, primary_key=True),
+    sa.Column("project", SCOPE_PART, primary_key=True),
+    sa.Column("alias", NAME, primary_key=True),
+    sa.Column("tool_name", sa.String(160), nullable=False),
+    sa.Column(
+        "target_fqdn",
+        sa.String(400),
+        sa.ForeignKey("capability_records.fqdn", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("created_at", UtcDateTime(), nullable=False),
+    sa.Index(None, "target_fqdn"),
+    sa.Index(None, "org", "project", "tool_name"),
+)
+
+capability_versions = sa.Table(
+    "capability_versions",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
+    sa.Column(
+        "capability_fqdn",
+        sa.String(400),
+        sa.ForeignKey("capability_records.fqdn", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("version", sa.Integer(), nullable=False),
+    sa.Column("version_tag", sa.String(64), nullable=True),
+    sa.Column("code", sa.Text(), nullable=True),
+    sa.Column("code_hash", sa.String(64), nullable=True),
+    sa.Column("code_url", sa.Text(), nullable=True),
+    sa.Column("parameters_schema", JsonValue(), nullable=False),
+    sa.Column("tools_used", JsonValue(), nullable=False),
+    sa.Column("routing", sa.String(8), nullable=False),
+    sa.Column("updated_by", sa.String(128), nullable=False),
+    sa.Column("updated_at", UtcDateTime(), nullable=False),
+    sa.Column("change_summary", sa.Text(), nullable=True),
+    sa.UniqueConstraint("capability_fqdn", "version"),
+)
+
+capability_tags = sa.Table(
+    "capability_tags",
+    metadata,
+    sa.Column(
+        "fqdn",
+        sa.String(400),
+        sa.ForeignKey("capability_records.fqdn", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("tag", NAME, primary_key=True),
+    sa.Index(None, "tag", "fqdn"),
+)
+
+tool_schema = sa.Table(
+    "tool_schema",
+    metadata,
+    sa.Column("server_id", sa.String(128), primary_key=True),
+    sa.Column("tool_name", sa.String(256), primary_key=True),
+    sa.Column("definition", JsonValue(), nullable=False),
+    sa.Column("definition_hash", sa.String(64), nullable=False),
+    sa.Column("pinned_hash", sa.String(64), nullable=False),
+    sa.Column("flagged", sa.Boolean(), nullable=False, server_default=sa.false()),
+    sa.Column("first_seen_at", UtcDateTime(), nullable=False),
+    sa.Column("updated_at", UtcDateTime(), nullable=False),
+)
+
+tool_usage = sa.Table(
+    "tool_usage",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
+    sa.Column("server_id", sa.String(128), nullable=False),
+    sa.Column("tool_name", sa.String(400), nullable=False),
+    sa.Column("latency_ms", sa.Float(), nullable=False),
+    sa.Column("success", sa.Boolean(), nullable=False),
+    sa.Column("org", SCOPE_PART, nullable=False),
+    sa.Column("project", SCOPE_PART, nullable=False),
+    sa.Column("user_id", sa.String(128), nullable=True),
+    sa.Column("called_at", UtcDateTime(), nullable=False),
+    sa.Index(None, "server_id", "tool_name"),
+    sa.Index(None, "org", "project", "called_at"),
+)
+
+execution_traces = sa.Table(
+    "execution_traces",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("workflow_id", sa.String(64), nullable=True),
+    sa.Column("parent_id", sa.String(36), nullable=True),
+    sa.Column("capability_fqdn", sa.String(400), nullable=True),
+    sa.Column("org", SCOPE_PART, nullable=False),
+    sa.Column("project", SCOPE_PART, nullable=False),
+    sa.Column("user_id", sa.String(128), nullable=True),
+    sa.Column("intent", sa.Text(), nullable=True),
+    sa.Column("success", sa.Boolean(), nullable=False),
+    sa.Column("error", sa.Text(), nullable=True),
+    sa.Column("duration_ms", sa.Float(), nullable=False),
+    sa.Column("task_results", JsonValue(), nullable=False),
+    sa.Column("created_at", UtcDateTime(), nullable=False),
+    sa.Index(None, "workflow_id"),
+    sa.Index(None, "capability_fqdn"),
+    sa.Index(None, "org", "project", "created_at"),
+)
+
+workflow_state = sa.Table(
+    "workflow_state",
+    metadata,
+    sa.Column("workflow_id", sa.String(64), primary_key=True),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("org", SCOPE_PART, nullable=False),
+    sa.Column("project", SCOPE_PART, nullable=False),
+    sa.Column("user_id", sa.String(128), nullable=True),
+    sa.Column("state", JsonValue(), nullable=False),
+    sa.Column("created_at", UtcDateTime(), nullable=False),
+    sa.Column("expires_at", UtcDateTime(), nullable=False),
+    sa.Index(None, "expires_at"),
+)
+
+audit_events = sa.Table(
+    "audit_events",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
+    sa.Column("ts", UtcDateTime(), nullable=False),
+    sa.Column("event", sa.String(64), nullable=False),
+    sa.Column("actor", sa.String(128), nullable=True),
+    sa.Column("org", SCOPE_PART, nullable=False),
+    sa.Column("project", SCOPE_PART, nullable=False),
+    sa.Column("request_id", sa.String(64), nullable=True),
+    sa.Column("details", JsonValue(), nullable=False),
+    sa.Column("decided_by", sa.String(32), nullable=True),
+    sa.Index(None, "ts"),
+    sa.Index(None, "org", "project", "ts"),
+    sa.Index(None, "request_id"),
+)
+
+permission_grants = sa.Table(
+    "permission_grants",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("principal", sa.String(128), nullable=False),
+    sa.Column("org", SCOPE_PART, nullable=False),
+    sa.Column("project", SCOPE_PART, nullable=False),
+    sa.Column("capability", sa.String(32), nullable=False),
+    sa.Column("scope", JsonValue(), nullable=False),
+    sa.Column("purpose", sa.Text(), nullable=True),
+    sa.Column("issued_at", UtcDateTime(), nullable=False),
+    sa.Column("expires_at", UtcDateTime(), nullable=True),
+    sa.Column("max_uses", sa.Integer(), nullable=True),
+    sa.Column("uses", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("args_digest", sa.String(64), nullable=True),
+    sa.Column("policy_version", sa.String(64), nullable=False),
+    sa.Column("revoked", sa.Boolean(), nullable=False, server_default=sa.false()),
+    sa.Column("revoked_at", UtcDateTime(), nullable=True),
+    sa.Index(None, "org", "project", "principal"),
+    sa.Index(None, "expires_at"),
+)
+
+api_keys = sa.Table(
+    "api_keys",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("key_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("prefix", sa.String(16), nullable=False),
+    sa.Column("org", SCOPE_PART, nullable=False),
+    sa.Column("project", SCOPE_PART, nullable=False),
+    sa.Column("user_id", sa.String(128), nullable=True),
+    sa.Column("created_at", UtcDateTime(), nullable=False),
+    sa.Column("revoked_at", UtcDateTime(), nullable=True),
+    sa.Column("last_used_at", UtcDateTime(), nullable=True),
+    sa.Index(None, "org", "project"),
+)
