@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -36,6 +37,21 @@ cap_cmd.register(app)
 status_cmd.register(app)
 
 
+# Loggers whose warnings a command already shows in its own output (e.g. alias warnings).
+SHOWN_BY_COMMANDS = frozenset({"pml.registry.service"})
+
+
+def configure_logging() -> None:
+    """Warnings and errors to stderr, one line each, without repeating what commands print."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    handler.addFilter(lambda record: record.name not in SHOWN_BY_COMMANDS)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+
+
 def main() -> None:
     """Console-script entry point."""
+    configure_logging()
     app()

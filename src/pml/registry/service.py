@@ -53,7 +53,7 @@ from pml.registry.records import (
 from pml.registry.routing import Routing, resolve_routing
 from pml.registry.scope import Scope, Visibility, check_visibility
 from pml.registry.versions import parse_version_spec, select_version, split_name_and_spec
-from pml.storage.capability_repo import SqlCapabilityRepository
+from pml.storage.capability_repo import SqlCapabilityRepository, resolve_reference
 from pml.storage.database import Database
 from pml.storage.types import utc_now
 
@@ -126,17 +126,19 @@ class CapabilityRegistry:
     async def resolve(self, scope: Scope, ref: object) -> Resolved:
         """The record and version a reference designates (name, alias, FQDN, tool name, @spec)."""
         name, spec = split_name_and_spec(check_ref(ref))
-        async with self._db.read() as conn:
-            repo = SqlCapabilityRepository(conn)
-            found = await repo.resolve_name(scope, name) if len(name) <= MAX_REF_LENGTH else None
-            if found is None:
-                raise NotFound(f"Capability not found: {message_value(ref)}")
-            record, via_alias = found
-            if spec is None or spec == "latest":
-                version = current_version(record)
-            else:
-                parsed = parse_version_spec(spec, name)
-                version = select_version(await repo.versions_of(record.fqdn), parsed, name)
+        found = (
+            await resolve_reference(self._db, scope, name) if len(name) <= MAX_REF_LENGTH else None
+        )
+        if found is None:
+            raise NotFound(f"Capability not found: {message_value(ref)}")
+        record, via_alias = found
+        if spec is None or spec == "latest":
+            version = current_version(record)
+        else:
+            parsed = parse_version_spec(spec, name)
+            async with self._db.read() as conn:
+                versions = await SqlCapabilityRepository(conn).versions_of(record.fqdn)
+            version = select_version(versions, parsed, name)
         if via_alias is not None:
             logger.warning(
                 'Deprecated: Using alias "%s" for capability "%s". Update your code.',

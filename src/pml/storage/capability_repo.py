@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from pml.registry.models import AliasRecord, CapabilityRecord, ListQuery, Page, VersionRecord
 from pml.registry.patterns import LIKE_ESCAPE
 from pml.registry.scope import Scope
+from pml.storage.database import Database
 from pml.storage.tables import (
     capability_aliases as aliases,
 )
@@ -56,13 +57,48 @@ def visible_to(scope: Scope) -> sa.ColumnElement[bool]:
     )
 
 
-def _in_own_scope(scope: Scope) -> sa.ColumnElement[bool]:
-    r = records.c
-    return sa.and_(
-        r.org == scope.org,
-        r.project == scope.project,
-        sa.or_(r.visibility != "private", r.created_by == scope.user),
+def _resolve_statement() -> sa.Select[Any]:
+    """The name-resolution query, built once: only its parameters change per call."""
+    r, a = records.c, aliases.c
+    org, project, user, name = (
+        sa.bindparam(key, type_=sa.String()) for key in ("org", "project", "user", "name")
     )
+    own = sa.and_(
+        r.org == org, r.project == project, sa.or_(r.visibility != "private", r.created_by == user)
+    )
+    visible = sa.or_(own, sa.and_(r.org == org, r.visibility == "org"), r.visibility == "public")
+    alias_scope = (a.org == org, a.project == project)
+    # Alias branches probe the alias index once, then the primary key: a plan that stays
+    # good whatever the planner's statistics say.
+    by_alias = sa.select(a.target_fqdn).where(*alias_scope, a.alias == name).scalar_subquery()
+    tool_alias = (
+        sa.select(a.target_fqdn, a.alias)
+        .where(*alias_scope, a.tool_name == name)
+        .order_by(a.created_at.desc())
+        .limit(1)
+        .subquery()
+    )
+    via_tool_alias = records.join(tool_alias, tool_alias.c.target_fqdn == r.fqdn)
+
+    def branch(priority: int, alias: Any, source: Any, *where: Any) -> Any:
+        return (
+            sa.select(*records.c, sa.literal(priority).label("priority"), alias.label("via_alias"))
+            .select_from(source)
+            .where(*where)
+        )
+
+    query = sa.union_all(
+        branch(1, sa.null(), records, own, r.display_name == name),
+        branch(2, name, records, own, r.fqdn == by_alias),
+        branch(3, sa.null(), records, own, r.tool_name == name),
+        branch(4, tool_alias.c.alias, via_tool_alias, own),
+        branch(5, sa.null(), records, visible, r.fqdn == name),
+        branch(6, sa.null(), records, r.display_name == name, r.visibility == "public"),
+    ).subquery()
+    return sa.select(query).order_by(query.c.priority, query.c.created_at, query.c.fqdn).limit(1)
+
+
+RESOLVE_STATEMENT = _resolve_statement()
 
 
 def _record(row: sa.Row[Any]) -> CapabilityRecord:
@@ -72,6 +108,17 @@ def _record(row: sa.Row[Any]) -> CapabilityRecord:
 
 def _version(row: sa.Row[Any]) -> VersionRecord:
     return VersionRecord(**dict(row._mapping))  # pyright: ignore[reportPrivateUsage]
+
+
+async def resolve_reference(
+    db: Database, scope: Scope, name: str
+) -> tuple[CapabilityRecord, str | None] | None:
+    """Like ``SqlCapabilityRepository.resolve_name``, outside any transaction (hot path)."""
+    params = {"org": scope.org, "project": scope.project, "user": scope.user, "name": name}
+    row = await db.first(RESOLVE_STATEMENT, params)
+    if row is None:
+        return None
+    return _record(row), row._mapping["via_alias"]  # pyright: ignore[reportPrivateUsage]
 
 
 class SqlCapabilityRepository:
@@ -94,33 +141,10 @@ class SqlCapabilityRepository:
         """The record a name designates for ``scope``, and the alias used (if any).
 
         Order: display name in scope, alias in scope, tool name in scope, tool-name alias in
-        scope, FQDN, public display name of another scope. One round trip.
+        scope, FQDN, public display name of another scope. One prepared round trip.
         """
-        r, a = records.c, aliases.c
-        own = _in_own_scope(scope)
-        alias_join = records.join(aliases, a.target_fqdn == r.fqdn)
-        cols = [*records.c]
-
-        def branch(priority: int, alias: Any, source: Any, *where: Any) -> Any:
-            return (
-                sa.select(*cols, sa.literal(priority).label("priority"), alias.label("via_alias"))
-                .select_from(source)
-                .where(*where)
-            )
-
-        in_scope = (a.org == scope.org, a.project == scope.project)
-        query = sa.union_all(
-            branch(1, sa.null(), records, own, r.display_name == name),
-            branch(2, a.alias, alias_join, *in_scope, a.alias == name, own),
-            branch(3, sa.null(), records, own, r.tool_name == name),
-            branch(4, a.alias, alias_join, *in_scope, a.tool_name == name, own),
-            branch(5, sa.null(), records, visible_to(scope), r.fqdn == name),
-            branch(6, sa.null(), records, r.visibility == "public", r.display_name == name),
-        )
-        ordered = sa.select(query.subquery()).order_by(
-            sa.column("priority"), sa.column("created_at"), sa.column("fqdn")
-        )
-        row = (await self.conn.execute(ordered.limit(1))).first()
+        params = {"org": scope.org, "project": scope.project, "user": scope.user, "name": name}
+        row = (await self.conn.execute(RESOLVE_STATEMENT, params)).first()
         if row is None:
             return None
         return _record(row), row._mapping["via_alias"]  # pyright: ignore[reportPrivateUsage]
@@ -279,7 +303,9 @@ class SqlCapabilityRepository:
             where.append(sa.exists().where(tags_table.c.fqdn == r.fqdn, tags_table.c.tag == tag))
         total_query = sa.select(sa.func.count()).select_from(records).where(*where)
         total = int((await self.conn.execute(total_query)).scalar_one())
-        sort = SORT_COLUMNS[query.sort_by]
+        sort: sa.ColumnElement[Any] = SORT_COLUMNS[query.sort_by]
+        if query.sort_by == "name" and self.conn.dialect.name == "postgresql":
+            sort = sort.collate("C")  # byte order, as SQLite sorts, whatever the locale
         order = [sort.desc() if query.descending else sort.asc(), r.fqdn.asc()]
         page_query = (
             sa.select(records)

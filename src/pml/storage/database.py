@@ -85,7 +85,9 @@ def create_engine(url: str) -> AsyncEngine:
         engine = create_async_engine(target, connect_args={"timeout": 30})
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
-    return create_async_engine(target, pool_size=10, max_overflow=20, pool_pre_ping=True)
+    # No pre-ping: it costs a round trip per checkout; a dropped connection is invalidated on
+    # its first error and the pool reconnects, and recycling bounds a connection's age.
+    return create_async_engine(target, pool_size=10, max_overflow=20, pool_recycle=1800)
 
 
 def _alembic_config(connection: sa.Connection | None) -> Config:
@@ -117,11 +119,24 @@ def _current_revision(connection: sa.Connection) -> str | None:
     return MigrationContext.configure(connection).get_current_revision()
 
 
+def _inline_engine(engine: AsyncEngine) -> sa.Engine | None:
+    """A synchronous engine on the same SQLite file for inline point lookups (None otherwise)."""
+    url = engine.url
+    if url.get_backend_name() != "sqlite" or (url.database or ":memory:") == ":memory:":
+        return None
+    inline = sa.create_engine(url.set(drivername="sqlite+pysqlite"), poolclass=sa.pool.QueuePool)
+    event.listen(inline, "connect", _sqlite_pragmas)
+    return inline
+
+
 class Database:
-    """An async engine plus the two ways code uses it: transactions and reads."""
+    """An async engine plus the ways code uses it: transactions, reads and point lookups."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+        self._inline = _inline_engine(engine)
+        # Point reads need no transaction: autocommit saves the BEGIN/ROLLBACK round trips.
+        self._point_reads = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     @property
     def dialect(self) -> str:
@@ -173,9 +188,31 @@ class Database:
         except (OSError, DBAPIError) as error:
             raise StorageError(f"Database error: {_reason(error)}") from error
 
+    async def first(self, statement: sa.Executable, params: dict[str, Any]) -> sa.Row[Any] | None:
+        """The first row of a read-only, indexed point query (the name-resolution hot path).
+
+        On SQLite the query runs inline on the event loop: it takes tens of microseconds,
+        while the async driver would hand it to its thread about six times. WAL readers never
+        wait for writers, so this does not stall the loop. On PostgreSQL it runs in
+        autocommit mode: one round trip instead of three.
+        """
+        if self._inline is None:
+            try:
+                async with self._point_reads.connect() as conn:
+                    return (await conn.execute(statement, params)).first()
+            except (OSError, DBAPIError) as error:
+                raise StorageError(f"Database error: {_reason(error)}") from error
+        try:
+            with self._inline.connect() as conn:
+                return conn.execute(statement, params).first()
+        except DBAPIError as error:
+            raise StorageError(f"Database error: {_reason(error)}") from error
+
     async def close(self) -> None:
         """Close every pooled connection."""
         await self.engine.dispose()
+        if self._inline is not None:
+            self._inline.dispose()
 
 
 def _reason(error: BaseException) -> str:

@@ -1,0 +1,1 @@
+"""Static analysis of code snippets: parsing, normalised code hashes, and what a snippet uses."""

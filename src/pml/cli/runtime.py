@@ -1,0 +1,48 @@
+"""Turning settings into the objects a CLI command works with (database, registry, scope).
+
+async with open_registry(settings) as session:
+    await session.tools.call("cap_list", session.scope, {})
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from pml.config import Settings
+from pml.registry.scope import Scope
+from pml.registry.service import CapabilityRegistry, RoutingRules
+from pml.registry.tools import CapTools
+from pml.storage.database import Database
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrySession:
+    """An open database with the registry, its tools and the caller's scope."""
+
+    db: Database
+    registry: CapabilityRegistry
+    tools: CapTools
+    scope: Scope
+
+
+def scope_of(settings: Settings) -> Scope:
+    """The caller's scope on this machine: ``[scope]`` and the configured or OS user."""
+    return Scope(settings.scope.org, settings.scope.project, settings.scope.effective_user())
+
+
+def routing_rules(settings: Settings) -> RoutingRules:
+    """The ``[routing]`` patterns as the registry takes them."""
+    return RoutingRules(cloud=tuple(settings.routing.cloud), local=tuple(settings.routing.local))
+
+
+@asynccontextmanager
+async def open_registry(settings: Settings) -> AsyncGenerator[RegistrySession]:
+    """Open the configured database (migrating it) and the registry on top of it."""
+    db = await Database.open(settings.database_url)
+    try:
+        registry = CapabilityRegistry(db, routing=routing_rules(settings))
+        yield RegistrySession(db, registry, CapTools(registry), scope_of(settings))
+    finally:
+        await db.close()

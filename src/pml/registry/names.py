@@ -1,0 +1,146 @@
+"""Capability names: display-name validation, auto names, namespaces and MCP tool names.
+
+Display names match ``^[A-Za-z0-9_:-]{1,64}$`` (SPEC §6.2). ``ns:action`` gives the MCP tool
+``mcp__ns__action``; a name without ``:`` keeps the capability's namespace.
+
+Example::
+
+    >>> validate_name("fs:read_json")
+    'fs:read_json'
+    >>> split_display_name("fs:read_json", "code")
+    ('fs', 'read_json')
+    >>> tool_name_for(*split_display_name("summary", "fs"))
+    'mcp__fs__summary'
+    >>> namespace_from_tools(["filesystem:read_file"]), server_of("mcp__fs__read_json")
+    ('fs', 'fs')
+
+``NAME_PATTERN`` is always used with ``fullmatch`` (``$`` alone would let a trailing newline
+through); it keeps ``^...$`` so that it can be reused in JSON Schema.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from pml.errors import InvalidInput, InvalidName
+from pml.registry.fqdn import Fqdn, is_fqdn, message_value
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_:-]{1,64}$")
+
+DEFAULT_NAMESPACE = "code"
+CAPABILITY_TOOL_PREFIX = "mcp__"
+# Well-known servers whose namespace is a short form (SPEC §6.1); every other server keeps
+# its own (sanitised) name.
+SHORT_NAMESPACES: dict[str, str] = {"filesystem": "fs"}
+
+_NAMESPACE_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_HEX = re.compile(r"[0-9a-f]{8,}")
+_MAX_COMPONENT = 64
+
+
+def validate_name(name: object) -> str:
+    """Return ``name`` if it is a valid display name, else raise ``InvalidName``."""
+    if isinstance(name, str) and NAME_PATTERN.fullmatch(name) is not None:
+        return name
+    raise InvalidName(
+        f'Invalid capability name: "{message_value(name)}". '
+        "Must be alphanumeric with underscores, hyphens, and colons only."
+    )
+
+
+def _hex_prefix(code_hash: str) -> str:
+    if not isinstance(code_hash, str) or _HEX.fullmatch(code_hash) is None:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise InvalidInput(
+            "code_hash must be a lowercase hex string of at least 8 characters",
+            field="code_hash",
+        )
+    return code_hash[:8]
+
+
+def auto_display_name(code_hash: str) -> str:
+    """The display name of an unnamed capability: ``unnamed_<first 8 hex>``."""
+    return f"unnamed_{_hex_prefix(code_hash)}"
+
+
+def auto_action(code_hash: str) -> str:
+    """The action of an unnamed capability: ``exec_<first 8 hex>``."""
+    return f"exec_{_hex_prefix(code_hash)}"
+
+
+def namespace_for_server(server: str) -> str:
+    """The namespace a server's tools give a capability (``filesystem`` → ``fs``)."""
+    short = SHORT_NAMESPACES.get(server)
+    if short is not None:
+        return short
+    sanitised = _NAMESPACE_UNSAFE.sub("_", server)[:_MAX_COMPONENT]
+    return sanitised or DEFAULT_NAMESPACE
+
+
+def namespace_from_tools(tools_used: Sequence[str]) -> str:
+    """The namespace of the first tool's server; ``code`` when there is none."""
+    if not tools_used:
+        return DEFAULT_NAMESPACE
+    server = server_of(tools_used[0])
+    return DEFAULT_NAMESPACE if server is None else namespace_for_server(server)
+
+
+def split_display_name(display_name: str, current_namespace: str) -> tuple[str, str]:
+    """The ``(namespace, action)`` a display name gives its MCP tool name.
+
+    ``ns:action`` splits at the first colon and further colons in the action become ``_``.
+    Without a usable namespace (no colon, ``:x``) the current namespace is kept; without a
+    usable action (``x:``) the non-empty side becomes the action and the current namespace
+    is kept. A name made only of colons names no action: ``InvalidName``.
+    """
+    name = validate_name(display_name)
+    if ":" not in name:
+        return current_namespace, name
+    namespace, _, rest = name.partition(":")
+    action = rest.replace(":", "_")
+    has_action = rest.strip(":") != ""
+    if namespace and has_action:
+        return namespace, action
+    if namespace:
+        return current_namespace, namespace
+    if has_action:
+        return current_namespace, action
+    raise InvalidName(
+        f'Invalid capability name: "{message_value(name)}". '
+        "Must be alphanumeric with underscores, hyphens, and colons only."
+    )
+
+
+def tool_name_for(namespace: str, action: str) -> str:
+    """The MCP tool name of a named capability: ``mcp__<namespace>__<action>``."""
+    return f"{CAPABILITY_TOOL_PREFIX}{namespace}__{action}"
+
+
+def capability_tool_parts(tool_name: str) -> tuple[str, str] | None:
+    """``(namespace, action)`` of an ``mcp__<namespace>__<action>`` name, else ``None``."""
+    if not tool_name.startswith(CAPABILITY_TOOL_PREFIX):
+        return None
+    namespace, sep, action = tool_name[len(CAPABILITY_TOOL_PREFIX) :].partition("__")
+    if not (sep and namespace and action):
+        return None
+    return namespace, action
+
+
+def server_of(tool_ref: str) -> str | None:
+    """The server (or capability namespace) a tool reference names; ``None`` if none.
+
+    Accepts an FQDN (→ its namespace), ``mcp__ns__action`` (→ ``ns``), and ``server:tool``,
+    ``server__tool``, ``server.tool``, tried in that order at the first separator found.
+    """
+    if not isinstance(tool_ref, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+        return None
+    if is_fqdn(tool_ref):
+        return Fqdn.parse(tool_ref).namespace
+    parts = capability_tool_parts(tool_ref)
+    if parts is not None:
+        return parts[0]
+    for separator in (":", "__", "."):
+        server, sep, tool = tool_ref.partition(separator)
+        if sep:
+            return server if server and tool else None
+    return None

@@ -1,0 +1,219 @@
+"""The ``cap_*`` tools (SPEC §6.5): validated arguments in, SPEC-shaped JSON out.
+
+The MCP gateway and the CLI both call these, so an agent and a person get the same fields
+and the same errors::
+
+    tools = CapTools(registry)
+    await tools.call("cap:list", scope, {"pattern": "fs:*"})   # {"items": [...], "total": N}
+    await tools.call("cap_lookup", scope, {"name": "fs:read_json@v1"})
+
+Arguments are checked strictly (no type coercion, unknown keys refused) and every problem
+is one ``INVALID_INPUT`` error naming the fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from pml.errors import InvalidInput, NotFound
+from pml.registry.fqdn import message_value
+from pml.registry.models import CapabilityRecord, ListQuery
+from pml.registry.patterns import glob_to_like
+from pml.registry.routing import Routing
+from pml.registry.scope import Scope, Visibility
+from pml.registry.service import CapabilityRegistry, RenameChanges
+from pml.registry.versions import unified_diff
+
+Name = Annotated[str, Field(min_length=1, max_length=10_000)]
+SUMMARY_OMITS = frozenset({"code"})
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+P = TypeVar("P", bound=_Params)
+
+
+class ListParams(_Params):
+    pattern: str | None = None
+    named_only: bool = False
+    unnamed_only: bool = False
+    tags: list[str] | None = None
+    created_by: str | None = None
+    visibility: Visibility | None = None
+    sort_by: Literal["usage", "name", "created"] = "usage"
+    order: Literal["asc", "desc"] | None = None
+    limit: Annotated[int, Field(ge=1, le=500)] = 50
+    offset: Annotated[int, Field(ge=0, le=10_000_000)] = 0
+
+
+class LookupParams(_Params):
+    name: Name
+
+
+class WhoisParams(_Params):
+    fqdn: Name
+
+
+class RenameParams(_Params):
+    name: Name
+    new_name: str | None = None  # checked by validate_name: bad names are INVALID_NAME
+    description: str | None = None
+    tags: list[str] | None = None
+    visibility: Visibility | None = None
+    routing: Routing | None = None
+
+
+class HistoryParams(_Params):
+    name: Name
+
+
+def parse_params(model: type[P], raw: object) -> P:
+    """``raw`` validated as ``model``, or ``INVALID_INPUT`` listing each bad field."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise InvalidInput(f"arguments must be an object, not {type(raw).__name__}")
+    try:
+        return model.model_validate(dict(raw))  # pyright: ignore[reportUnknownArgumentType]
+    except ValidationError as error:
+        problems = [
+            f"{'.'.join(str(part) for part in issue['loc']) or 'arguments'}: {issue['msg']}"
+            for issue in error.errors(include_url=False)
+        ]
+        fields = sorted({str(issue["loc"][0]) for issue in error.errors() if issue["loc"]})
+        raise InvalidInput("Invalid input: " + "; ".join(problems), fields=fields) from None
+
+
+def summary(record: CapabilityRecord) -> dict[str, Any]:
+    """A record as listings show it (everything but the code)."""
+    return {k: v for k, v in record.to_dict().items() if k not in SUMMARY_OMITS}
+
+
+class CapTools:
+    """The ``cap_list``, ``cap_lookup``, ``cap_whois``, ``cap_rename`` and ``cap_history`` tools."""
+
+    def __init__(self, registry: CapabilityRegistry) -> None:
+        self._registry = registry
+        self._tools: dict[str, Callable[[Scope, object], Awaitable[dict[str, Any]]]] = {
+            "cap_list": self.list,
+            "cap_lookup": self.lookup,
+            "cap_whois": self.whois,
+            "cap_rename": self.rename,
+            "cap_history": self.history,
+        }
+
+    @property
+    def names(self) -> list[str]:
+        """The tool names, in the ``cap_*`` spelling."""
+        return list(self._tools)
+
+    async def call(self, tool: str, scope: Scope, arguments: object) -> dict[str, Any]:
+        """Run one tool by name; the seed spelling ``cap:list`` is accepted too."""
+        handler = self._tools.get(tool.replace(":", "_", 1))
+        if handler is None:
+            raise NotFound(f"Unknown tool: {message_value(tool)}")
+        return await handler(scope, arguments)
+
+    async def list(self, scope: Scope, arguments: object) -> dict[str, Any]:
+        """``{items, total}``: the capabilities ``scope`` may see, filtered and sorted."""
+        params = parse_params(ListParams, arguments)
+        if params.named_only and params.unnamed_only:
+            raise InvalidInput(
+                "named_only and unnamed_only cannot both be true",
+                fields=["named_only", "unnamed_only"],
+            )
+        order = params.order or ("asc" if params.sort_by == "name" else "desc")
+        query = ListQuery(
+            like_pattern=glob_to_like(params.pattern) if params.pattern is not None else None,
+            named_only=params.named_only,
+            unnamed_only=params.unnamed_only,
+            tags=tuple(params.tags or ()),
+            created_by=params.created_by,
+            visibility=params.visibility,
+            sort_by=params.sort_by,
+            descending=order == "desc",
+            limit=params.limit,
+            offset=params.offset,
+        )
+        page = await self._registry.list(scope, query)
+        return {"items": [summary(record) for record in page.items], "total": page.total}
+
+    async def lookup(self, scope: Scope, arguments: object) -> dict[str, Any]:
+        """What a name resolves to: identity, usage, routing, version (and alias warning)."""
+        params = parse_params(LookupParams, arguments)
+        resolved = await self._registry.resolve(scope, params.name)
+        record, version = resolved.record, resolved.version
+        result: dict[str, Any] = {
+            "fqdn": record.fqdn,
+            "display_name": record.display_name,
+            "tool_name": record.tool_name if record.named else None,
+            "description": record.description,
+            "usage_count": record.usage_count,
+            "success_rate": record.success_rate,
+            "routing": version.routing,
+            "type": record.record_type,
+            "version": version.version,
+            "version_tag": version.version_tag,
+            "visibility": record.visibility,
+        }
+        if version.code_url is not None:
+            result["code_url"] = version.code_url
+        if resolved.deprecated_alias is not None:
+            result["deprecatedAlias"] = resolved.deprecated_alias
+        return result
+
+    async def whois(self, scope: Scope, arguments: object) -> dict[str, Any]:
+        """The full record behind an FQDN, its aliases and its number of versions."""
+        params = parse_params(WhoisParams, arguments)
+        found = await self._registry.whois(scope, params.fqdn)
+        return {
+            **found.record.to_dict(),
+            "aliases": [
+                {"alias": alias.alias, "created_at": alias.created_at.isoformat()}
+                for alias in found.aliases
+            ],
+            "version_count": found.version_count,
+        }
+
+    async def rename(self, scope: Scope, arguments: object) -> dict[str, Any]:
+        """Rename and/or change metadata; returns the updated record."""
+        params = parse_params(RenameParams, arguments)
+        changes = RenameChanges(
+            new_name=params.new_name,
+            description=params.description,
+            tags=params.tags,
+            visibility=params.visibility,
+            routing=params.routing,
+        )
+        return (await self._registry.rename(scope, params.name, changes)).to_dict()
+
+    async def history(self, scope: Scope, arguments: object) -> dict[str, Any]:
+        """Versions, newest first, each with a unified diff to its predecessor."""
+        params = parse_params(HistoryParams, arguments)
+        record, versions = await self._registry.history(scope, params.name)
+        entries: list[dict[str, Any]] = []
+        for index, version in enumerate(versions):
+            previous = versions[index + 1] if index + 1 < len(versions) else None
+            old = (previous.code or previous.code_url or "") if previous else ""
+            new = version.code or version.code_url or ""
+            entries.append(
+                {
+                    "version": version.version,
+                    "version_tag": version.version_tag,
+                    "updated_at": version.updated_at.isoformat(),
+                    "updated_by": version.updated_by,
+                    "change_summary": version.change_summary,
+                    "diff": unified_diff(
+                        old,
+                        new,
+                        f"{record.display_name}@v{version.version - 1}",
+                        f"{record.display_name}@v{version.version}",
+                    ),
+                }
+            )
+        return {"fqdn": record.fqdn, "display_name": record.display_name, "versions": entries}

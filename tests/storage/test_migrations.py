@@ -1,0 +1,115 @@
+"""Migrations: a blank database reaches head, an older one keeps its data, schema == tables."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+from pml.registry.scope import Scope
+from pml.registry.service import CapabilityRegistry
+from pml.storage.database import Database, head_revision
+from pml.storage.tables import capability_records, metadata
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def blank_url(request: pytest.FixtureRequest) -> str:
+    fixture = "sqlite_url" if request.param == "sqlite" else "blank_postgres_url"
+    return request.getfixturevalue(fixture)
+
+
+def _differences(conn: sa.Connection) -> list[object]:
+    context = MigrationContext.configure(conn, opts={"compare_type": True})
+    return list(compare_metadata(context, metadata))
+
+
+async def test_a_blank_database_is_migrated_to_head_on_open(blank_url: str) -> None:
+    db = await Database.open(blank_url)
+    try:
+        assert await db.current_revision() == head_revision() == "0003"
+        async with db.read() as conn:
+            differences = await conn.run_sync(_differences)
+        assert differences == []
+    finally:
+        await db.close()
+
+
+async def test_upgrading_twice_changes_nothing(blank_url: str) -> None:
+    db = await Database.open(blank_url)
+    try:
+        await db.upgrade()
+        async with db.read() as conn:
+            count = (
+                await conn.execute(sa.select(sa.func.count()).select_from(capability_records))
+            ).scalar_one()
+        assert count == 3  # the seeded MCP servers, once
+    finally:
+        await db.close()
+
+
+async def test_upgrade_from_the_previous_revision_keeps_existing_data(blank_url: str) -> None:
+    db = await Database.open(blank_url, migrate=False)
+    try:
+        await db.upgrade("0002")
+        now = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+        row = {
+            "fqdn": "acme.webapp.fs.read_json.a7f3",
+            "id": "00000000-0000-0000-0000-000000000001",
+            "record_type": "capability",
+            "org": "acme",
+            "project": "webapp",
+            "display_name": "fs:read_json",
+            "named": True,
+            "namespace": "fs",
+            "action": "read_json",
+            "tool_name": "mcp__fs__read_json",
+            "hash": "a7f3",
+            "code": "return 1",
+            "code_hash": "a7f3" + "0" * 60,
+            "parameters_schema": {"type": "object"},
+            "tools_used": ["filesystem:read_file"],
+            "routing": "local",
+            "tags": ["json"],
+            "created_by": "erwan",
+            "created_at": now,
+            "updated_by": "erwan",
+            "updated_at": now,
+            "usage_count": 7,
+        }
+        async with db.transaction() as conn:
+            await conn.execute(capability_records.insert().values(row))
+        await db.upgrade()
+        assert await db.current_revision() == "0003"
+        registry = CapabilityRegistry(db)
+        found = (await registry.resolve(Scope("acme", "webapp", "erwan"), "fs:read_json")).record
+        assert (found.usage_count, found.created_at, found.tools_used) == (
+            7,
+            now,
+            ["filesystem:read_file"],
+        )
+        assert (
+            await registry.resolve(Scope("acme", "webapp", "erwan"), "mcp:sqlite")
+        ).record.record_type == "mcp-server"
+    finally:
+        await db.close()
+
+
+async def test_downgrade_to_base_and_back_works(blank_url: str) -> None:
+    from alembic import command
+
+    from pml.storage.database import _alembic_config  # pyright: ignore[reportPrivateUsage]
+
+    db = await Database.open(blank_url)
+    try:
+        async with db.transaction() as conn:
+            await conn.run_sync(lambda sync: command.downgrade(_alembic_config(sync), "base"))
+        assert await db.current_revision() is None
+        await db.upgrade()
+        assert await db.current_revision() == "0003"
+    finally:
+        await db.close()
