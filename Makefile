@@ -14,8 +14,16 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Until the gateway (`pml serve`) lands, `make run` sets up the embedded database and shows
+# the registry that exists today.
 run: $(STAMP)
-	$(BIN)/pml run-demo
+	$(BIN)/pml db upgrade
+	$(BIN)/pml status
+	$(BIN)/pml cap lookup mcp:filesystem
+	@echo
+	@echo "PML's storage and capability registry are ready (see docs/registry.md)."
+	@echo "The MCP gateway itself (pml serve) is not built yet, so there is nothing to"
+	@echo "connect Claude Code or Cursor to today. Try: $(BIN)/pml cap --help"
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -201,4 +201,5 @@ def server_component(name: object) -> str:
     """An upstream server name as an FQDN component (unsafe characters become ``_``)."""
     if not isinstance(name, str) or not name.strip():
         raise InvalidInput("server name must be a non-empty string", field="name")
-    return SERVER_UNSAFE.sub("_", name.strip())[:64]
+    # 60, so that the display name ``mcp:<component>`` stays within the 64-character limit.
+    return SERVER_UNSAFE.sub("_", name.strip())[:60]

@@ -13,7 +13,6 @@ the unique indexes are the last line of defence against races.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -22,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from pml.analysis.code_hash import normalized_code_hash
-from pml.errors import InvalidInput, NameTaken, NotFound
+from pml.errors import InvalidInput, NotFound
 from pml.registry import naming
 from pml.registry.fqdn import Fqdn, is_fqdn, message_value
 from pml.registry.models import (
@@ -52,6 +51,7 @@ from pml.registry.records import (
 )
 from pml.registry.routing import Routing, resolve_routing
 from pml.registry.scope import Scope, Visibility, check_visibility
+from pml.registry.servers import ServerRegistration, register_server
 from pml.registry.versions import parse_version_spec, select_version, split_name_and_spec
 from pml.storage.capability_repo import SqlCapabilityRepository, resolve_reference
 from pml.storage.database import Database
@@ -301,54 +301,9 @@ class CapabilityRegistry:
         description: str | None = None,
     ) -> CaptureResult:
         """Record an upstream server as ``mcp:<name>``; a changed command is a new version."""
-        server = naming.server_component(name)
-        display_name = f"mcp:{server}"
-        now = self._clock()
+        server = ServerRegistration(name, code_url, routing, visibility, description)
         async with self._write(scope) as repo:
-            owner = await repo.name_owner(scope.org, scope.project, display_name)
-            existing = await repo.get(owner) if owner else None
-            if existing is not None and existing.record_type == "mcp-server":
-                if existing.code_url == code_url:
-                    return CaptureResult(record=existing, created=False)
-                updated = replace(
-                    existing,
-                    code_url=code_url,
-                    version=existing.version + 1,
-                    version_tag=None,
-                    updated_by=scope.user,
-                    updated_at=now,
-                )
-                await repo.update_record(
-                    existing.fqdn,
-                    code_url=code_url,
-                    version=updated.version,
-                    version_tag=None,
-                    updated_by=scope.user,
-                    updated_at=now,
-                )
-                await repo.insert_version(version_of(updated, change_summary="command changed"))
-                return CaptureResult(record=updated, created=False)
-            if existing is not None:
-                raise NameTaken(naming.taken_message(display_name, scope))
-            digest = hashlib.sha256(f"{server}\0{code_url}".encode()).hexdigest()
-            fqdn = await naming.free_fqdn(repo, scope, "mcp", server, digest)
-            record = replace(
-                blank_record(scope, fqdn, now),
-                record_type="mcp-server",
-                display_name=display_name,
-                named=True,
-                namespace="mcp",
-                action=server,
-                tool_name=tool_name_for("mcp", server),
-                code_url=code_url,
-                description=description,
-                routing=routing,
-                visibility=check_visibility(visibility),
-                tags=["mcp-server"],
-            )
-            await repo.insert_record(record)
-            await repo.insert_version(version_of(record, change_summary="registered"))
-            return CaptureResult(record=record, created=True)
+            return await register_server(repo, scope, server, self._clock())
 
     # -- helpers -------------------------------------------------------------------------
 

@@ -151,7 +151,9 @@ class CapTools:
         result: dict[str, Any] = {
             "fqdn": record.fqdn,
             "display_name": record.display_name,
-            "tool_name": record.tool_name if record.named else None,
+            "tool_name": record.tool_name
+            if record.named and record.record_type == "capability"
+            else None,
             "description": record.description,
             "usage_count": record.usage_count,
             "success_rate": record.success_rate,

@@ -15,6 +15,7 @@ case-sensitive ``LIKE`` so both backends match the same rows.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 from importlib import resources
@@ -55,11 +56,17 @@ def async_url(url: str) -> sa.URL:
     )
 
 
+SECRET_QUERY_KEYS = re.compile(r"pass|secret|token|key", re.IGNORECASE)
+
+
 def describe_url(url: str) -> str:
-    """The database URL with any password hidden, for status output and logs."""
-    return (
-        async_url(url).set(drivername=make_url(url).drivername).render_as_string(hide_password=True)
-    )
+    """The database URL with every password hidden (user info and query), for output and logs."""
+    parsed = async_url(url).set(drivername=make_url(url).drivername)
+    query = {
+        key: ("***" if SECRET_QUERY_KEYS.search(key) else value)
+        for key, value in parsed.query.items()
+    }
+    return parsed.set(query=query).render_as_string(hide_password=True)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -75,6 +82,22 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+WRITE_OPTION = "pml_write"
+
+
+def _sqlite_explicit_transactions(dbapi_connection: Any, _record: Any) -> None:
+    # The driver's implicit BEGIN is deferred; PML issues its own (see _sqlite_begin).
+    dbapi_connection.isolation_level = None
+
+
+def _sqlite_begin(conn: sa.Connection) -> None:
+    # Write transactions take SQLite's write lock up front (BEGIN IMMEDIATE): a writer that
+    # read first and then upgraded could fail at once with "database is locked", and two
+    # writers could both decide from a stale read. busy_timeout queues them instead.
+    immediate = conn.get_execution_options().get(WRITE_OPTION, False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
 def create_engine(url: str) -> AsyncEngine:
     """An async engine for a user-written database URL (the SQLite folder is created)."""
     target = async_url(url)
@@ -84,6 +107,8 @@ def create_engine(url: str) -> AsyncEngine:
             Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
         engine = create_async_engine(target, connect_args={"timeout": 30})
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        event.listen(engine.sync_engine, "connect", _sqlite_explicit_transactions)
+        event.listen(engine.sync_engine, "begin", _sqlite_begin)
         return engine
     # No pre-ping: it costs a round trip per checkout; a dropped connection is invalidated on
     # its first error and the pool reconnects, and recycling bounds a connection's age.
@@ -172,8 +197,10 @@ class Database:
     async def transaction(self) -> AsyncGenerator[AsyncConnection]:
         """A connection in a transaction, committed on success and rolled back on error."""
         try:
-            async with self.engine.begin() as conn:
-                yield conn
+            async with self.engine.connect() as conn:
+                await conn.execution_options(**{WRITE_OPTION: True})
+                async with conn.begin():
+                    yield conn
         except IntegrityError:
             raise  # a constraint the caller's rules translate (e.g. a name race → NAME_TAKEN)
         except (OSError, DBAPIError) as error:

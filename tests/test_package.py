@@ -1,0 +1,24 @@
+"""The package's public surface stays small and deliberate."""
+
+from __future__ import annotations
+
+import pml
+
+
+def test_the_public_names_are_exactly_the_curated_ones() -> None:
+    assert sorted(pml.__all__) == [
+        "CapabilityDraft",
+        "CapabilityRegistry",
+        "Database",
+        "PmlError",
+        "Scope",
+        "__version__",
+    ]
+    for name in pml.__all__:
+        assert getattr(pml, name) is not None
+
+
+def test_the_version_is_the_installed_distributions() -> None:
+    from importlib.metadata import version
+
+    assert pml.__version__ == version("pml-gateway")
