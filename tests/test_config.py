@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import getpass
-import json
 from pathlib import Path
 
 import pytest
@@ -18,62 +17,7 @@ from pml.config import (
     load_settings,
 )
 from pml.errors import ConfigError
-
-CLAUDE_DESKTOP = {
-    "mcpServers": {
-        "filesystem": {
-            "command": "npx",
-            "args": ["-y", "@modelcontextprotocol/server-filesystem", "/Users/me/Desktop"],
-        },
-        "github": {
-            "command": "npx",
-            "args": ["-y", "@modelcontextprotocol/server-github"],
-            "env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_example"},
-        },
-        "time": {"command": "uvx", "args": ["mcp-server-time"], "autoApprove": ["get_time"]},
-    },
-    "globalShortcut": "Ctrl+Space",
-}
-
-CLAUDE_CODE = {
-    "mcpServers": {
-        "git": {
-            "type": "stdio",
-            "command": "uvx",
-            "args": ["mcp-server-git", "--repository", "."],
-            "env": {},
-        },
-        "sentry": {
-            "type": "http",
-            "url": "https://mcp.sentry.dev/mcp",
-            "headers": {"Authorization": "Bearer ${SENTRY_TOKEN}"},
-        },
-        "legacy": {"type": "sse", "url": "https://example.com/sse"},
-    }
-}
-
-CURSOR = {
-    "mcpServers": {
-        "memory": {
-            "command": "npx",
-            "args": ["-y", "@modelcontextprotocol/server-memory"],
-            "env": {"MEMORY_FILE_PATH": "/tmp/memory.json"},
-            "alwaysAllow": ["read_graph"],
-            "timeout": 60,
-        },
-        "remote": {"url": "https://example.com/mcp", "headers": {"X-Api-Key": "k"}},
-    }
-}
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def write_json(path: Path, value: object) -> Path:
-    return write(path, json.dumps(value))
+from samples import CLAUDE_CODE, CLAUDE_DESKTOP, CURSOR, write, write_json
 
 
 def test_defaults_apply_when_there_is_no_config_file(tmp_path: Path) -> None:
@@ -341,7 +285,9 @@ def test_cursor_config_drops_unknown_keys_and_reports_each(tmp_path: Path) -> No
     assert servers["remote"].headers == {"X-Api-Key": "k"}
     assert sorted(dropped) == [
         'server "memory": dropped unknown key "alwaysAllow"',
+        'server "memory": dropped unknown key "autoApprove"',
         'server "memory": dropped unknown key "timeout"',
+        'server "remote": dropped unknown key "timeout"',
     ]
 
 

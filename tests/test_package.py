@@ -22,3 +22,13 @@ def test_the_version_is_the_installed_distributions() -> None:
     from importlib.metadata import version
 
     assert pml.__version__ == version("pml-gateway")
+
+
+def test_pml_version_prints_the_installed_version() -> None:
+    from typer.testing import CliRunner
+
+    from pml.cli.app import app
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"pml {pml.__version__}"

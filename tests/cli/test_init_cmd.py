@@ -14,43 +14,7 @@ from typer.testing import CliRunner, Result
 
 from pml.cli import init_cmd
 from pml.config import ServerSettings, default_database_url, import_mcp_servers, load_settings
-
-CLAUDE_DESKTOP = {
-    "mcpServers": {
-        "filesystem": {
-            "command": "npx",
-            "args": ["-y", "@modelcontextprotocol/server-filesystem", "/Users/me/Desktop"],
-        },
-        "github": {
-            "command": "npx",
-            "args": ["-y", "@modelcontextprotocol/server-github"],
-            "env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_example"},
-        },
-    }
-}
-
-CLAUDE_CODE = {
-    "mcpServers": {
-        "git": {"type": "stdio", "command": "uvx", "args": ["mcp-server-git"], "env": {}},
-        "sentry": {
-            "type": "http",
-            "url": "https://mcp.sentry.dev/mcp",
-            "headers": {"Authorization": "Bearer abc"},
-        },
-    }
-}
-
-CURSOR = {
-    "mcpServers": {
-        "memory": {
-            "command": "npx",
-            "args": ["-y", "@modelcontextprotocol/server-memory"],
-            "alwaysAllow": ["read_graph"],
-            "autoApprove": [],
-        },
-        "remote": {"url": "https://example.com/mcp", "timeout": 30},
-    }
-}
+from samples import CLAUDE_CODE, CLAUDE_DESKTOP, CURSOR, write_json
 
 
 def make_app() -> typer.Typer:
@@ -69,12 +33,6 @@ def make_app() -> typer.Typer:
 
 def run(*args: str) -> Result:
     return CliRunner().invoke(make_app(), ["init", *args])
-
-
-def write_json(path: Path, value: object) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(value), encoding="utf-8")
-    return path
 
 
 def test_init_writes_a_commented_starter_that_loads_back(tmp_path: Path) -> None:
@@ -118,8 +76,8 @@ def test_init_from_claude_desktop_imports_every_server_and_round_trips(tmp_path:
     target = tmp_path / "pml.toml"
     result = run("--from", str(source), "--config", str(target))
     assert result.exit_code == 0, result.output
-    assert result.stdout == f"wrote {target}: 2 servers imported from {source}\n"
-    assert result.stderr == ""
+    assert result.stdout == f"wrote {target}: 3 servers imported from {source}\n"
+    assert result.stderr == 'warning: server "time": dropped unknown key "autoApprove"\n'
     settings = load_settings(target, environ={}, cwd=tmp_path)
     assert settings.servers == import_mcp_servers(source)
     assert settings.servers["github"].env == {"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_example"}
@@ -130,9 +88,13 @@ def test_init_from_claude_code_keeps_types_urls_and_headers(tmp_path: Path) -> N
     target = tmp_path / "pml.toml"
     assert run("--from", str(source), "--config", str(target)).exit_code == 0
     servers = load_settings(target, environ={}, cwd=tmp_path).servers
-    assert servers["git"] == ServerSettings(type="stdio", command="uvx", args=["mcp-server-git"])
+    assert servers["git"] == ServerSettings(
+        type="stdio", command="uvx", args=["mcp-server-git", "--repository", "."]
+    )
     assert servers["sentry"] == ServerSettings(
-        type="http", url="https://mcp.sentry.dev/mcp", headers={"Authorization": "Bearer abc"}
+        type="http",
+        url="https://mcp.sentry.dev/mcp",
+        headers={"Authorization": "Bearer ${SENTRY_TOKEN}"},
     )
 
 
@@ -145,6 +107,7 @@ def test_init_from_cursor_warns_once_per_dropped_key(tmp_path: Path) -> None:
     assert sorted(result.stderr.splitlines()) == [
         'warning: server "memory": dropped unknown key "alwaysAllow"',
         'warning: server "memory": dropped unknown key "autoApprove"',
+        'warning: server "memory": dropped unknown key "timeout"',
         'warning: server "remote": dropped unknown key "timeout"',
     ]
     assert "alwaysAllow" not in target.read_text(encoding="utf-8")
@@ -188,6 +151,7 @@ def test_init_with_force_replaces_an_existing_file(tmp_path: Path) -> None:
     assert sorted(load_settings(target, environ={}, cwd=tmp_path).servers) == [
         "filesystem",
         "github",
+        "time",
     ]
 
 
@@ -253,7 +217,7 @@ def test_json_with_a_byte_order_mark_is_accepted(tmp_path: Path) -> None:
     source.write_bytes(b"\xef\xbb\xbf" + json.dumps(CLAUDE_DESKTOP).encode())
     result = run("--from", str(source), "--config", str(tmp_path / "pml.toml"))
     assert result.exit_code == 0, result.output
-    assert "2 servers imported" in result.stdout
+    assert "3 servers imported" in result.stdout
 
 
 def test_init_into_a_missing_directory_fails_cleanly(tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -10,38 +9,15 @@ import pytest
 import sqlalchemy as sa
 
 from pml.errors import InvalidInput, InvalidName, NotFound
-from pml.registry.models import CapabilityRecord
 from pml.registry.scope import Scope, Visibility
-from pml.registry.service import CapabilityDraft, CapabilityRegistry
+from pml.registry.service import CapabilityRegistry
 from pml.registry.tools import CapTools
 from pml.storage.database import Database
+from samples import make
 
 pytestmark = pytest.mark.anyio
 
 INJECTIONS = ["x' OR '1'='1", "%'; DROP TABLE capability_records; --"]
-
-
-async def make(
-    registry: CapabilityRegistry,
-    scope: Scope,
-    code: str,
-    *,
-    name: str | None = None,
-    tools_used: Sequence[str] = (),
-    tags: Sequence[str] = (),
-    visibility: Visibility = "project",
-) -> CapabilityRecord:
-    draft = CapabilityDraft(
-        code=code,
-        intent=f"intent of {code}",
-        tools_used=list(tools_used),
-        name=name,
-        tags=list(tags),
-        visibility=visibility,
-    )
-    result = await registry.capture(scope, draft, latency_ms=5.0)
-    assert result.created
-    return result.record
 
 
 async def names(tools: CapTools, scope: Scope, arguments: dict[str, Any]) -> list[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -16,10 +15,10 @@ from pml.errors import (
     PermissionDenied,
     VersionNotFound,
 )
-from pml.registry.models import CapabilityRecord
-from pml.registry.scope import Scope, Visibility
+from pml.registry.scope import Scope
 from pml.registry.service import CapabilityDraft, CapabilityRegistry
 from pml.registry.tools import CapTools
+from samples import make
 
 pytestmark = pytest.mark.anyio
 
@@ -37,31 +36,12 @@ LOOKUP_FIELDS = {
 INVALID_NAME = 'Invalid capability name: "{}". Must be alphanumeric with underscores, hyphens, and colons only.'  # noqa: E501
 
 
-async def make(
-    registry: CapabilityRegistry,
-    scope: Scope,
-    code: str,
-    *,
-    name: str | None = None,
-    tools_used: Sequence[str] = (),
-    visibility: Visibility = "project",
-    description: str | None = None,
-) -> CapabilityRecord:
-    draft = CapabilityDraft(
-        code=code,
-        intent=f"intent of {code}",
-        tools_used=list(tools_used),
-        name=name,
-        visibility=visibility,
-        description=description,
-    )
-    result = await registry.capture(scope, draft, latency_ms=5.0)
-    assert result.created
-    return result.record
-
-
 async def whois(tools: CapTools, scope: Scope, fqdn: str) -> dict[str, Any]:
     return await tools.call("cap_whois", scope, {"fqdn": fqdn})
+
+
+async def rename(tools: CapTools, scope: Scope, name: str, new_name: str) -> dict[str, Any]:
+    return await tools.call("cap_rename", scope, {"name": name, "new_name": new_name})
 
 
 # -- cap_lookup ---------------------------------------------------------------------------
@@ -116,7 +96,7 @@ async def test_lookup_by_an_old_name_warns_with_a_deprecated_alias(
     registry: CapabilityRegistry, tools: CapTools, scope: Scope
 ) -> None:
     record = await make(registry, scope, "return 1", name="fs:old")
-    await tools.call("cap_rename", scope, {"name": "fs:old", "new_name": "fs:new"})
+    await rename(tools, scope, "fs:old", "fs:new")
 
     found = await tools.call("cap_lookup", scope, {"name": "fs:old"})
 
@@ -164,8 +144,8 @@ async def test_whois_gives_the_full_record_its_aliases_and_version_count(
     registry: CapabilityRegistry, tools: CapTools, scope: Scope
 ) -> None:
     record = await make(registry, scope, "return 1", name="fs:alpha")
-    await tools.call("cap_rename", scope, {"name": "fs:alpha", "new_name": "fs:beta"})
-    await tools.call("cap_rename", scope, {"name": "fs:beta", "new_name": "fs:gamma"})
+    await rename(tools, scope, "fs:alpha", "fs:beta")
+    await rename(tools, scope, "fs:beta", "fs:gamma")
     await registry.update_code(scope, "fs:gamma", CapabilityDraft(code="return 2"))
 
     found = await whois(tools, scope, record.fqdn)
@@ -230,7 +210,7 @@ async def test_rename_shows_the_new_name_at_once_and_keeps_the_old_as_alias(
     old = record.display_name
     assert old.startswith("unnamed_")
 
-    updated = await tools.call("cap_rename", scope, {"name": old, "new_name": "fs:read_json"})
+    updated = await rename(tools, scope, old, "fs:read_json")
 
     assert updated["fqdn"] == record.fqdn
     assert updated["display_name"] == "fs:read_json"
@@ -247,13 +227,13 @@ async def test_rename_to_a_display_name_or_alias_in_use_is_name_taken(
     registry: CapabilityRegistry, tools: CapTools, scope: Scope
 ) -> None:
     await make(registry, scope, "return 1", name="first")
-    await tools.call("cap_rename", scope, {"name": "first", "new_name": "first_v2"})
+    await rename(tools, scope, "first", "first_v2")
     second = await make(registry, scope, "return 2", name="second")
     before = await whois(tools, scope, second.fqdn)
 
     for taken in ("first_v2", "first"):  # a display name, then an alias
         with pytest.raises(NameTaken) as caught:
-            await tools.call("cap_rename", scope, {"name": "second", "new_name": taken})
+            await rename(tools, scope, "second", taken)
         assert caught.value.code == "NAME_TAKEN"
         assert (
             caught.value.message == f"Capability name '{taken}' already exists in scope acme.webapp"
@@ -261,7 +241,7 @@ async def test_rename_to_a_display_name_or_alias_in_use_is_name_taken(
         assert await whois(tools, scope, second.fqdn) == before
     other = Scope("acme", "mobile", scope.user)  # uniqueness is per org/project
     elsewhere = await make(registry, other, "return 3", name="third")
-    renamed = await tools.call("cap_rename", other, {"name": "third", "new_name": "first"})
+    renamed = await rename(tools, other, "third", "first")
     assert renamed["fqdn"] == elsewhere.fqdn
 
 
@@ -270,11 +250,11 @@ async def test_rename_to_a_hostile_name_is_invalid_name_and_changes_nothing(
     registry: CapabilityRegistry, tools: CapTools, scope: Scope, bad: str
 ) -> None:
     record = await make(registry, scope, "return 1", name="fs:before")
-    await tools.call("cap_rename", scope, {"name": "fs:before", "new_name": "fs:now"})
+    await rename(tools, scope, "fs:before", "fs:now")
     before = await whois(tools, scope, record.fqdn)
 
     with pytest.raises(InvalidName) as caught:
-        await tools.call("cap_rename", scope, {"name": "fs:now", "new_name": bad})
+        await rename(tools, scope, "fs:now", bad)
 
     assert caught.value.code == "INVALID_NAME"
     assert caught.value.message == INVALID_NAME.format(bad)
@@ -289,7 +269,7 @@ async def test_rename_to_an_empty_name_is_invalid_name_like_a_65_character_one(
     before = await whois(tools, scope, record.fqdn)
 
     with pytest.raises(InvalidName) as caught:
-        await tools.call("cap_rename", scope, {"name": "fs:before", "new_name": ""})
+        await rename(tools, scope, "fs:before", "")
 
     assert caught.value.message == INVALID_NAME.format("")
     assert await whois(tools, scope, record.fqdn) == before
@@ -334,7 +314,7 @@ async def test_renaming_another_orgs_public_capability_is_permission_denied(
 
     for name in ("fs:public", public.fqdn, "mcp:filesystem"):
         with pytest.raises(PermissionDenied) as caught:
-            await tools.call("cap_rename", scope, {"name": name, "new_name": "fs:mine"})
+            await rename(tools, scope, name, "fs:mine")
         assert caught.value.code == "PERMISSION_DENIED"
     with pytest.raises(PermissionDenied):
         await tools.call("cap_rename", scope, {"name": "fs:public", "description": "hijacked"})
@@ -385,7 +365,7 @@ async def test_history_follows_aliases_and_refuses_a_version_specifier(
     registry: CapabilityRegistry, tools: CapTools, scope: Scope
 ) -> None:
     record = await make(registry, scope, "return 1", name="fs:old")
-    await tools.call("cap_rename", scope, {"name": "fs:old", "new_name": "fs:new"})
+    await rename(tools, scope, "fs:old", "fs:new")
 
     history = await tools.call("cap_history", scope, {"name": "fs:old"})
 

@@ -15,8 +15,9 @@ from pml.errors import (
     VersionNotFound,
 )
 from pml.registry.fqdn import Fqdn
+from pml.registry.models import CapabilityRecord
 from pml.registry.names import NAME_PATTERN
-from pml.registry.scope import Scope
+from pml.registry.scope import Scope, Visibility
 from pml.registry.service import CapabilityDraft, CapabilityRegistry
 from pml.registry.tools import CapTools
 
@@ -42,6 +43,21 @@ async def lookup_error(tools: CapTools, scope: Scope, name: str) -> PmlError:
     with pytest.raises(PmlError) as caught:
         await lookup(tools, scope, name)
     return caught.value
+
+
+async def time_server(
+    registry: CapabilityRegistry,
+    scope: Scope,
+    *,
+    visibility: Visibility = "project",
+    description: str | None = None,
+) -> CapabilityRecord:
+    """Register ``mcp:time`` as ``TIME_URL`` for the first time and return its record."""
+    result = await registry.register_mcp_server(
+        scope, "time", code_url=TIME_URL, visibility=visibility, description=description
+    )
+    assert result.created
+    return result.record
 
 
 @pytest.mark.parametrize("server", ["filesystem", "shell", "sqlite"])
@@ -94,12 +110,12 @@ async def test_registering_a_server_creates_a_project_visible_mcp_record(
 async def test_registering_the_same_command_again_creates_nothing(
     registry: CapabilityRegistry, tools: CapTools, scope: Scope
 ) -> None:
-    first = await registry.register_mcp_server(scope, "time", code_url=TIME_URL)
+    first = await time_server(registry, scope)
 
     again = await registry.register_mcp_server(scope, "time", code_url=TIME_URL)
 
     assert not again.created
-    assert (again.record.fqdn, again.record.version) == (first.record.fqdn, 1)
+    assert (again.record.fqdn, again.record.version) == (first.fqdn, 1)
     history = await tools.call("cap_history", scope, {"name": "mcp:time"})
     assert [entry["version"] for entry in history["versions"]] == [1]
 
@@ -107,15 +123,15 @@ async def test_registering_the_same_command_again_creates_nothing(
 async def test_a_changed_command_is_a_new_version_under_the_same_fqdn(
     registry: CapabilityRegistry, tools: CapTools, scope: Scope
 ) -> None:
-    first = await registry.register_mcp_server(scope, "time", code_url=TIME_URL)
+    first = await time_server(registry, scope)
 
     second = await registry.register_mcp_server(scope, "time", code_url=TIME_URL_2)
 
     assert not second.created
-    assert (second.record.fqdn, second.record.version) == (first.record.fqdn, 2)
+    assert (second.record.fqdn, second.record.version) == (first.fqdn, 2)
     latest = await lookup(tools, scope, "mcp:time")
     assert (latest["fqdn"], latest["version"], latest["code_url"]) == (
-        first.record.fqdn,
+        first.fqdn,
         2,
         TIME_URL_2,
     )
@@ -131,9 +147,7 @@ async def test_a_changed_command_is_a_new_version_under_the_same_fqdn(
 async def test_an_org_server_resolves_by_fqdn_in_another_project_of_the_same_org(
     registry: CapabilityRegistry, tools: CapTools, scope: Scope
 ) -> None:
-    record = (
-        await registry.register_mcp_server(scope, "time", code_url=TIME_URL, visibility="org")
-    ).record
+    record = await time_server(registry, scope, visibility="org")
 
     found = await lookup(tools, SAME_ORG, record.fqdn)
 
@@ -144,9 +158,7 @@ async def test_an_org_server_resolves_by_fqdn_in_another_project_of_the_same_org
 async def test_an_org_server_is_not_found_from_another_org_exactly_like_a_missing_one(
     registry: CapabilityRegistry, tools: CapTools, scope: Scope
 ) -> None:
-    record = (
-        await registry.register_mcp_server(scope, "time", code_url=TIME_URL, visibility="org")
-    ).record
+    record = await time_server(registry, scope, visibility="org")
     missing = "acme.webapp.mcp.nothing.abcd"
 
     for ref in (record.fqdn, "mcp:time", missing):
@@ -160,9 +172,7 @@ async def test_an_org_server_is_not_found_from_another_org_exactly_like_a_missin
 async def test_a_public_server_resolves_by_name_from_another_org(
     registry: CapabilityRegistry, tools: CapTools, scope: Scope
 ) -> None:
-    record = (
-        await registry.register_mcp_server(scope, "time", code_url=TIME_URL, visibility="public")
-    ).record
+    record = await time_server(registry, scope, visibility="public")
 
     found = await lookup(tools, OTHER_ORG, "mcp:time")
 
@@ -228,7 +238,7 @@ async def test_a_capability_already_named_mcp_time_makes_the_server_name_taken(
 async def test_cap_list_never_lists_mcp_servers(
     registry: CapabilityRegistry, tools: CapTools, scope: Scope
 ) -> None:
-    await registry.register_mcp_server(scope, "time", code_url=TIME_URL)
+    await time_server(registry, scope)
     await registry.register_mcp_server(scope, "web", code_url="uvx web", visibility="public")
 
     for caller, arguments in (
@@ -244,9 +254,7 @@ async def test_cap_list_never_lists_mcp_servers(
 async def test_renaming_an_mcp_server_is_refused_and_changes_nothing(
     registry: CapabilityRegistry, tools: CapTools, scope: Scope
 ) -> None:
-    record = (
-        await registry.register_mcp_server(scope, "time", code_url=TIME_URL, description="Clock")
-    ).record
+    record = await time_server(registry, scope, description="Clock")
 
     with pytest.raises(InvalidInput):
         await tools.call(
@@ -264,7 +272,7 @@ async def test_renaming_an_mcp_server_is_refused_and_changes_nothing(
 async def test_an_mcp_server_description_can_be_changed(
     registry: CapabilityRegistry, tools: CapTools, scope: Scope
 ) -> None:
-    await registry.register_mcp_server(scope, "time", code_url=TIME_URL)
+    await time_server(registry, scope)
 
     updated = await tools.call(
         "cap_rename", scope, {"name": "mcp:time", "description": "Tells the time"}

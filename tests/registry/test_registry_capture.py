@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from pml.analysis.code_hash import normalized_code_hash
-from pml.errors import CodeSyntaxError, InvalidName, NameTaken
+from pml.errors import CodeSyntaxError, InvalidInput, InvalidName, NameTaken
 from pml.registry.fqdn import Fqdn
 from pml.registry.records import blank_record
 from pml.registry.scope import Scope
@@ -235,3 +235,40 @@ async def test_usage_records_failures_and_latency(
     assert found.success_rate == pytest.approx(2 / 3)
     assert found.last_used_at is not None
     assert found.last_used_at >= record.last_used_at  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("field", "draft"),
+    [
+        ("intent", CapabilityDraft(code="return 1", intent="x" * 10_001)),
+        ("intent", CapabilityDraft(code="return 1", intent=42)),  # type: ignore[arg-type]
+        ("description", CapabilityDraft(code="return 1", description="d" * 4001)),
+        ("tools_used", CapabilityDraft(code="return 1", tools_used="filesystem:read")),
+        ("tools_used", CapabilityDraft(code="return 1", tools_used=[1, 2])),  # type: ignore[list-item]
+        ("tools_used", CapabilityDraft(code="return 1", tools_used=["t"] * 1001)),
+        ("tools_used", CapabilityDraft(code="return 1", tools_used=[""])),
+        ("parameters_schema", CapabilityDraft(code="return 1", parameters_schema=[])),  # type: ignore[arg-type]
+        ("tags", CapabilityDraft(code="return 1", tags=["a b"])),
+        ("visibility", CapabilityDraft(code="return 1", visibility="everyone")),  # type: ignore[arg-type]
+        ("code", CapabilityDraft(code=b"return 1")),  # type: ignore[arg-type]
+    ],
+)
+async def test_malformed_drafts_are_invalid_input_naming_the_field_and_store_nothing(
+    registry: CapabilityRegistry, scope: Scope, field: str, draft: CapabilityDraft
+) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        await registry.capture(scope, draft, latency_ms=1)
+    assert caught.value.data.get("field") == field
+    assert await registry.counts(scope) == {"named": 0, "unnamed": 0, "mcp_servers": 3}
+
+
+@pytest.mark.parametrize("latency", [-1, float("nan"), float("inf"), True, "5"])
+async def test_a_bad_latency_is_refused_and_counts_nothing(
+    registry: CapabilityRegistry, scope: Scope, latency: object
+) -> None:
+    record = (await registry.capture(scope, CapabilityDraft(code="return 1"), latency_ms=1)).record
+    with pytest.raises(InvalidInput):
+        await registry.record_usage(record.fqdn, success=True, latency_ms=latency)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput):
+        await registry.capture(scope, CapabilityDraft(code="return 1"), latency_ms=latency)  # type: ignore[arg-type]
+    assert (await registry.resolve(scope, record.fqdn)).record.usage_count == 1

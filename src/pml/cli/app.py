@@ -14,6 +14,7 @@ app = typer.Typer(
     name="pml",
     help="PML, the Procedural Memory Layer: an MCP gateway that learns capabilities.",
     no_args_is_help=True,
+    invoke_without_command=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
@@ -26,8 +27,17 @@ def root(
         Path | None,
         typer.Option("--config", help="Path to pml.toml (default: $PML_CONFIG, ./pml.toml)."),
     ] = None,
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", help="Print the version and exit.", is_eager=True),
+    ] = False,
 ) -> None:
     """PML, the Procedural Memory Layer: an MCP gateway that learns capabilities."""
+    if show_version:
+        from pml import __version__
+
+        typer.echo(f"pml {__version__}")
+        raise typer.Exit()
     ctx.obj = {"config": config}
 
 

@@ -11,6 +11,7 @@ leaves A and B both pointing at the same record: alias chains cannot exist.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
@@ -31,6 +32,9 @@ from pml.storage.database import Database
 TAG_PATTERN = re.compile(r"[A-Za-z0-9_:.-]{1,64}")
 MAX_TAGS = 32
 MAX_DESCRIPTION = 4000
+MAX_INTENT = 10_000
+MAX_TOOLS = 1000
+MAX_TOOL_REF = 400
 SERVER_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 # Fields a new version rewrites on the record (the FQDN and the name never change).
 VERSIONED_FIELDS = (
@@ -184,6 +188,47 @@ def check_description(description: object) -> str:
             field="description",
         )
     return description
+
+
+def check_intent(intent: object) -> str | None:
+    """An intent of at most 10 000 characters (or None)."""
+    if intent is None:
+        return None
+    if not isinstance(intent, str):
+        raise InvalidInput("intent must be a string", field="intent")
+    if len(intent) > MAX_INTENT:
+        raise InvalidInput(
+            f"intent is too long: {len(intent)} characters (max: {MAX_INTENT})", field="intent"
+        )
+    return intent
+
+
+def check_tools_used(tools: object) -> list[str]:
+    """The tool references a run used: a list of at most 1000 short strings."""
+    if isinstance(tools, str) or not isinstance(tools, Sequence):
+        raise InvalidInput("tools_used must be a list of strings", field="tools_used")
+    items = cast(Sequence[object], tools)
+    if len(items) > MAX_TOOLS or not all(
+        isinstance(tool, str) and 0 < len(tool) <= MAX_TOOL_REF for tool in items
+    ):
+        raise InvalidInput(
+            f"tools_used must hold at most {MAX_TOOLS} non-empty strings of at most "
+            f"{MAX_TOOL_REF} characters",
+            field="tools_used",
+        )
+    return [cast(str, tool) for tool in items]
+
+
+def check_latency(latency_ms: object) -> float:
+    """A run's latency in milliseconds: a finite number, zero or more."""
+    if (
+        isinstance(latency_ms, bool)
+        or not isinstance(latency_ms, int | float)
+        or not math.isfinite(latency_ms)
+        or latency_ms < 0
+    ):
+        raise InvalidInput(f"latency_ms must be a finite number >= 0, not {latency_ms!r}")
+    return float(latency_ms)
 
 
 def check_routing(routing: object) -> Routing:

@@ -183,6 +183,8 @@ class CapabilityRegistry:
     ) -> CaptureResult:
         """Record a successful run: the same normalised code in a scope is one capability."""
         code_hash = normalized_code_hash(draft.code)
+        draft = _checked(draft)
+        latency_ms = naming.check_latency(latency_ms)
         name = validate_name(draft.name) if draft.name is not None else None
         tags = naming.check_tags(draft.tags)
         visibility = check_visibility(draft.visibility)
@@ -217,6 +219,7 @@ class CapabilityRegistry:
     ) -> CapabilityRecord:
         """A new version of an existing capability (same FQDN, version + 1, history kept)."""
         code_hash = normalized_code_hash(draft.code)
+        draft = _checked(draft)
         tag = check_version_tag(draft.version_tag)
         now = self._clock()
         async with self._write(scope) as repo:
@@ -285,6 +288,7 @@ class CapabilityRegistry:
 
     async def record_usage(self, fqdn: str, *, success: bool, latency_ms: float) -> None:
         """Count one run of a capability (usage, success, latency, last used)."""
+        latency_ms = naming.check_latency(latency_ms)
         async with self._db.transaction() as conn:
             await SqlCapabilityRepository(conn).record_usage(
                 fqdn, success=success, latency_ms=latency_ms, at=self._clock()
@@ -369,3 +373,16 @@ class CapabilityRegistry:
             explicit=explicit,
             capability_routing=capability_routing,
         )
+
+
+def _checked(draft: CapabilityDraft) -> CapabilityDraft:
+    """The draft with its free-form fields checked (``INVALID_INPUT`` naming the field)."""
+    if not isinstance(draft.parameters_schema, dict):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise InvalidInput("parameters_schema must be a JSON object", field="parameters_schema")
+    description = draft.description
+    return replace(
+        draft,
+        intent=naming.check_intent(draft.intent),
+        description=naming.check_description(description) if description is not None else None,
+        tools_used=naming.check_tools_used(draft.tools_used),
+    )

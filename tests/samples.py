@@ -1,0 +1,104 @@
+"""Sample data and small helpers shared by several test modules.
+
+``from samples import ...`` works because pytest's default ``prepend`` import mode puts
+``tests/`` (the folder of the root ``conftest.py``) on ``sys.path``; pyright finds it through
+``extraPaths`` in pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from pml.registry.models import CapabilityRecord
+from pml.registry.scope import Scope, Visibility
+from pml.registry.service import CapabilityDraft, CapabilityRegistry
+
+# -- MCP client configs (mcpServers files as Claude Desktop, Claude Code and Cursor write them) --
+
+CLAUDE_DESKTOP = {
+    "mcpServers": {
+        "filesystem": {
+            "command": "npx",
+            "args": ["-y", "@modelcontextprotocol/server-filesystem", "/Users/me/Desktop"],
+        },
+        "github": {
+            "command": "npx",
+            "args": ["-y", "@modelcontextprotocol/server-github"],
+            "env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_example"},
+        },
+        "time": {"command": "uvx", "args": ["mcp-server-time"], "autoApprove": ["get_time"]},
+    },
+    "globalShortcut": "Ctrl+Space",
+}
+
+CLAUDE_CODE = {
+    "mcpServers": {
+        "git": {
+            "type": "stdio",
+            "command": "uvx",
+            "args": ["mcp-server-git", "--repository", "."],
+            "env": {},
+        },
+        "sentry": {
+            "type": "http",
+            "url": "https://mcp.sentry.dev/mcp",
+            "headers": {"Authorization": "Bearer ${SENTRY_TOKEN}"},
+        },
+        "legacy": {"type": "sse", "url": "https://example.com/sse"},
+    }
+}
+
+CURSOR = {
+    "mcpServers": {
+        "memory": {
+            "command": "npx",
+            "args": ["-y", "@modelcontextprotocol/server-memory"],
+            "env": {"MEMORY_FILE_PATH": "/tmp/memory.json"},
+            "alwaysAllow": ["read_graph"],
+            "autoApprove": [],
+            "timeout": 60,
+        },
+        "remote": {"url": "https://example.com/mcp", "headers": {"X-Api-Key": "k"}, "timeout": 30},
+    }
+}
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def write_json(path: Path, value: object) -> Path:
+    return write(path, json.dumps(value))
+
+
+# -- capabilities ---------------------------------------------------------------------------
+
+
+async def make(
+    registry: CapabilityRegistry,
+    scope: Scope,
+    code: str,
+    *,
+    name: str | None = None,
+    tools_used: Sequence[str] = (),
+    tags: Sequence[str] = (),
+    visibility: Visibility = "project",
+    description: str | None = None,
+) -> CapabilityRecord:
+    """Capture ``code`` as a new capability (failing the test if it already existed)."""
+    draft = CapabilityDraft(
+        code=code,
+        intent=f"intent of {code}",
+        tools_used=list(tools_used),
+        name=name,
+        tags=list(tags),
+        visibility=visibility,
+        description=description,
+    )
+    result = await registry.capture(scope, draft, latency_ms=5.0)
+    assert result.created
+    return result.record
