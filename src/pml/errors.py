@@ -24,7 +24,8 @@ result; the CLI prints one line and exits 1.
     ├── ExecutionFailed       EXECUTION_FAILED
     ├── ToolCallError         TOOL_ERROR
     ├── UpstreamUnavailable   UPSTREAM_UNAVAILABLE
-    └── StorageError          STORAGE_ERROR
+    ├── StorageError          STORAGE_ERROR
+    └── NotAvailable          NOT_AVAILABLE   (a tool whose part of PML is not built yet)
 
 Example::
 
@@ -130,3 +131,7 @@ class UpstreamUnavailable(PmlError):
 
 class StorageError(PmlError):
     code = "STORAGE_ERROR"
+
+
+class NotAvailable(PmlError):
+    code = "NOT_AVAILABLE"

@@ -31,7 +31,7 @@ def _differences(conn: sa.Connection) -> list[object]:
 async def test_a_blank_database_is_migrated_to_head_on_open(blank_url: str) -> None:
     db = await Database.open(blank_url)
     try:
-        assert await db.current_revision() == head_revision() == "0003"
+        assert await db.current_revision() == head_revision() == "0004"
         async with db.read() as conn:
             differences = await conn.run_sync(_differences)
         assert differences == []
@@ -52,10 +52,13 @@ async def test_upgrading_twice_changes_nothing(blank_url: str) -> None:
         await db.close()
 
 
-async def test_upgrade_from_the_previous_revision_keeps_existing_data(blank_url: str) -> None:
+@pytest.mark.parametrize("previous", ["0002", "0003"])
+async def test_upgrade_from_an_earlier_revision_keeps_existing_data(
+    blank_url: str, previous: str
+) -> None:
     db = await Database.open(blank_url, migrate=False)
     try:
-        await db.upgrade("0002")
+        await db.upgrade(previous)
         now = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
         row = {
             "fqdn": "acme.webapp.fs.read_json.a7f3",
@@ -84,7 +87,7 @@ async def test_upgrade_from_the_previous_revision_keeps_existing_data(blank_url:
         async with db.transaction() as conn:
             await conn.execute(capability_records.insert().values(row))
         await db.upgrade()
-        assert await db.current_revision() == "0003"
+        assert await db.current_revision() == "0004"
         registry = CapabilityRegistry(db)
         found = (await registry.resolve(Scope("acme", "webapp", "erwan"), "fs:read_json")).record
         assert (found.usage_count, found.created_at, found.tools_used) == (
@@ -110,6 +113,6 @@ async def test_downgrade_to_base_and_back_works(blank_url: str) -> None:
             await conn.run_sync(lambda sync: command.downgrade(_alembic_config(sync), "base"))
         assert await db.current_revision() is None
         await db.upgrade()
-        assert await db.current_revision() == "0003"
+        assert await db.current_revision() == "0004"
     finally:
         await db.close()

@@ -14,6 +14,7 @@ migrated database with this metadata, so the two cannot drift apart.
     audit_events         the audit log
     permission_grants    permission tokens
     api_keys             API keys, stored as SHA-256 hashes
+    upstream_servers     the last state a running gateway reported for each upstream server
 """
 
 from __future__ import annotations
@@ -257,4 +258,18 @@ api_keys = sa.Table(
     sa.Column("revoked_at", UtcDateTime(), nullable=True),
     sa.Column("last_used_at", UtcDateTime(), nullable=True),
     sa.Index(None, "org", "project"),
+)
+
+upstream_servers = sa.Table(
+    "upstream_servers",
+    metadata,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("transport", sa.String(8), nullable=False),
+    sa.Column("tool_count", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("last_latency_ms", sa.Float(), nullable=True),
+    sa.Column("last_error", sa.Text(), nullable=True),
+    sa.Column("flagged_tools", JsonValue(), nullable=False),
+    sa.Column("reported_by", sa.String(128), nullable=False),
+    sa.Column("updated_at", UtcDateTime(), nullable=False),
 )

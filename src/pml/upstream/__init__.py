@@ -1,0 +1,1 @@
+"""Upstream MCP servers: one reused client session per configured server."""
