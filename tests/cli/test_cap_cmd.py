@@ -320,3 +320,14 @@ def test_a_missing_config_file_is_a_one_line_config_error(cli: Cli, tmp_path: Pa
 
     line = assert_one_line_error(result, "CONFIG_ERROR")
     assert "absent.toml" in line
+
+
+def test_markup_looking_text_is_printed_literally(cli: Cli) -> None:
+    seed(cli.url, CapabilityDraft(code="return 1", name="a:b:c"))
+    assert cli.run("cap", "rename", "a:b:c", "--description", "[/oops] [bold]x").exit_code == 0
+    lookup = cli.run("cap", "lookup", "a:b:c")
+    listing = cli.run("cap", "list")
+    assert lookup.exit_code == 0, lookup.stderr
+    assert "[/oops] [bold]x" in lookup.stdout
+    assert listing.exit_code == 0
+    assert "a:b:c" in listing.stdout

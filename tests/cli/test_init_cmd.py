@@ -58,10 +58,23 @@ def test_init_writes_pml_toml_in_the_working_directory_by_default(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PML_CONFIG", raising=False)
     result = run()
     assert result.exit_code == 0, result.output
     assert (tmp_path / "pml.toml").is_file()
     assert load_settings(environ={}, cwd=tmp_path).servers == {}
+
+
+def test_init_writes_where_pml_config_points_so_other_commands_find_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    target = tmp_path / "elsewhere.toml"
+    monkeypatch.setenv("PML_CONFIG", str(target))
+    result = run()
+    assert result.exit_code == 0, result.output
+    assert target.is_file()
+    assert not (tmp_path / "pml.toml").exists()
 
 
 def test_init_honours_the_config_option_given_to_pml_itself(tmp_path: Path) -> None:

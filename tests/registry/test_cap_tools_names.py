@@ -375,3 +375,17 @@ async def test_history_follows_aliases_and_refuses_a_version_specifier(
         await tools.call("cap_history", scope, {"name": "fs:new@v1"})
     with pytest.raises(NotFound):
         await tools.call("cap_history", scope, {"name": "fs:missing"})
+
+
+async def test_a_routing_override_applies_to_every_version_in_lookup(
+    registry: CapabilityRegistry, tools: CapTools, scope: Scope
+) -> None:
+    await registry.capture(
+        scope,
+        CapabilityDraft(code="return 1", name="reader", tools_used=["filesystem:read"]),
+        latency_ms=1,
+    )
+    await tools.call("cap_rename", scope, {"name": "reader", "routing": "cloud"})
+    latest = await tools.call("cap_lookup", scope, {"name": "reader"})
+    first = await tools.call("cap_lookup", scope, {"name": "reader@v1"})
+    assert (latest["routing"], first["routing"]) == ("cloud", "cloud")

@@ -92,7 +92,8 @@ async def test_unknown_or_malformed_versions_are_version_not_found(
 
 async def test_history_is_newest_first_with_summaries(db: Database, scope: Scope) -> None:
     registry, _ = await _three_versions(db, scope)
-    record, versions = await registry.history(scope, "my-reader")
+    record, versions, alias = await registry.history(scope, "my-reader")
+    assert alias is None
     assert [v.version for v in versions] == [3, 2, 1]
     assert [v.version_tag for v in versions] == [None, "v1.2.0", "v1.0.0"]
     assert versions[0].change_summary == "code changed: +1 -1 lines"
@@ -182,3 +183,27 @@ async def test_a_name_whose_tool_name_is_taken_is_refused(
     with pytest.raises(NameTaken):
         await registry.rename(scope, other.display_name, RenameChanges(new_name="read"))
     assert (await registry.resolve(scope, other.fqdn)).record.display_name == other.display_name
+
+
+async def test_a_display_name_may_not_shadow_another_capabilitys_tool_name(
+    registry: CapabilityRegistry, scope: Scope
+) -> None:
+    await registry.capture(
+        scope, CapabilityDraft(code="return 1", name="fs:list_dir"), latency_ms=1
+    )
+    other = (await registry.capture(scope, CapabilityDraft(code="return 2"), latency_ms=1)).record
+    with pytest.raises(NameTaken):
+        await registry.rename(
+            scope, other.display_name, RenameChanges(new_name="mcp__fs__list_dir")
+        )
+    assert (await registry.resolve(scope, "mcp__fs__list_dir")).record.display_name == "fs:list_dir"
+
+
+async def test_history_through_an_old_name_carries_the_alias_warning(
+    registry: CapabilityRegistry, scope: Scope
+) -> None:
+    await registry.capture(scope, CapabilityDraft(code="return 1", name="old"), latency_ms=1)
+    await registry.rename(scope, "old", RenameChanges(new_name="new"))
+    _, _, alias = await registry.history(scope, "old")
+    assert alias is not None
+    assert alias["currentName"] == "new"

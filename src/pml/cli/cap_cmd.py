@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from pml.cli.common import ConfigOption, JsonOption, load_cli_settings, print_json, run_command
 from pml.cli.runtime import open_registry
@@ -36,7 +37,7 @@ def _print_fields(data: dict[str, Any], keys: list[str]) -> None:
     table.add_column(overflow="fold")
     for key in keys:
         if key in data and data[key] is not None:
-            table.add_row(key, str(data[key]))
+            table.add_row(key, Text(str(data[key])))
     Console().print(table)
 
 
@@ -88,7 +89,7 @@ def register(app: typer.Typer) -> None:
             return
         table = Table("name", "fqdn", "uses", "success", "routing", "visibility", "version")
         for item in result["items"]:
-            table.add_row(
+            cells = (
                 item["display_name"],
                 item["fqdn"],
                 str(item["usage_count"]),
@@ -97,6 +98,7 @@ def register(app: typer.Typer) -> None:
                 item["visibility"],
                 str(item["version"]),
             )
+            table.add_row(*(Text(cell) for cell in cells))
         console = Console()
         console.print(table)
         shown = len(result["items"])

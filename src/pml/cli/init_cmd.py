@@ -107,7 +107,8 @@ def init(
     config: ConfigOption = None,
 ) -> None:
     """Write pml.toml, importing mcpServers from a Claude Desktop / Claude Code / Cursor config."""
-    target = config_path(ctx, config) or Path("pml.toml")
+    # Where every other command will look: --config, then $PML_CONFIG, then ./pml.toml.
+    target = config_path(ctx, config) or Path(os.environ.get("PML_CONFIG") or "pml.toml")
     warnings: list[str] = []
 
     async def body() -> int:

@@ -79,10 +79,17 @@ async def ensure_name_free(
     *,
     owner: str | None = None,
 ) -> None:
-    """``NAME_TAKEN`` unless ``name`` and its tool name are free (or already ``owner``'s)."""
+    """``NAME_TAKEN`` unless ``name`` and its tool name are free (or already ``owner``'s).
+
+    Display names and tool names share one namespace for resolution, so a display name may
+    not equal another record's tool name (``mcp__fs__read``) and the other way round.
+    """
+    org, project = scope.org, scope.project
     for found in (
-        await repo.name_owner(scope.org, scope.project, name),
-        await repo.tool_name_owner(scope.org, scope.project, tool_name),
+        await repo.name_owner(org, project, name),
+        await repo.tool_name_owner(org, project, tool_name),
+        await repo.tool_name_owner(org, project, name),
+        await repo.name_owner(org, project, tool_name),
     ):
         if found is not None and found != owner:
             raise NameTaken(taken_message(name, scope))

@@ -159,12 +159,12 @@ class CapabilityRegistry:
 
     async def history(
         self, scope: Scope, ref: object
-    ) -> tuple[CapabilityRecord, list[VersionRecord]]:
-        """A record and its versions, newest first."""
-        record = (await self.resolve(scope, without_spec(ref, "cap_history"))).record
+    ) -> tuple[CapabilityRecord, list[VersionRecord], dict[str, str] | None]:
+        """A record, its versions newest first, and the alias warning if an old name was used."""
+        resolved = await self.resolve(scope, without_spec(ref, "cap_history"))
         async with self._db.read() as conn:
-            versions = await SqlCapabilityRepository(conn).versions_of(record.fqdn)
-        return record, list(reversed(versions))
+            versions = await SqlCapabilityRepository(conn).versions_of(resolved.record.fqdn)
+        return resolved.record, list(reversed(versions)), resolved.deprecated_alias
 
     async def list(self, scope: Scope, query: ListQuery) -> Page:
         """One page of what ``scope`` may see."""

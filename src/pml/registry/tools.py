@@ -157,7 +157,8 @@ class CapTools:
             "description": record.description,
             "usage_count": record.usage_count,
             "success_rate": record.success_rate,
-            "routing": version.routing,
+            # An explicit override applies to every version; otherwise each version's own.
+            "routing": record.routing_override or version.routing,
             "type": record.record_type,
             "version": version.version,
             "version_tag": version.version_tag,
@@ -197,7 +198,7 @@ class CapTools:
     async def history(self, scope: Scope, arguments: object) -> dict[str, Any]:
         """Versions, newest first, each with a unified diff to its predecessor."""
         params = parse_params(HistoryParams, arguments)
-        record, versions = await self._registry.history(scope, params.name)
+        record, versions, alias = await self._registry.history(scope, params.name)
         entries: list[dict[str, Any]] = []
         for index, version in enumerate(versions):
             previous = versions[index + 1] if index + 1 < len(versions) else None
@@ -218,4 +219,11 @@ class CapTools:
                     ),
                 }
             )
-        return {"fqdn": record.fqdn, "display_name": record.display_name, "versions": entries}
+        result: dict[str, Any] = {
+            "fqdn": record.fqdn,
+            "display_name": record.display_name,
+            "versions": entries,
+        }
+        if alias is not None:
+            result["deprecatedAlias"] = alias
+        return result

@@ -1,0 +1,1 @@
+"""The MCP server agents connect to: stdio and streamable HTTP, with API keys for HTTP."""
