@@ -14,16 +14,17 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Until the gateway (`pml serve`) lands, `make run` sets up the embedded database and shows
-# the registry that exists today.
+# The local single-user gateway: the example upstream servers (no network, no keys), the
+# embedded SQLite default, streamable HTTP on loopback. Runs from the repository root
+# because examples/pml.toml names its servers by paths relative to it.
+RUN_CONFIG ?= examples/pml.toml
+RUN_HTTP ?= 127.0.0.1:8765
+
 run: $(STAMP)
-	$(BIN)/pml db upgrade
-	$(BIN)/pml status
-	$(BIN)/pml cap lookup mcp:filesystem
-	@echo
-	@echo "PML's storage and capability registry are ready (see docs/registry.md)."
-	@echo "The MCP gateway itself (pml serve) is not built yet, so there is nothing to"
-	@echo "connect Claude Code or Cursor to today. Try: $(BIN)/pml cap --help"
+	bash scripts/e2e-deps.sh >/dev/null
+	$(BIN)/pml --config $(RUN_CONFIG) db upgrade
+	@$(BIN)/python scripts/connect_info.py --config $(RUN_CONFIG) --http $(RUN_HTTP)
+	exec $(BIN)/pml --config $(RUN_CONFIG) serve --http $(RUN_HTTP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -32,3 +32,13 @@ def test_pml_version_prints_the_installed_version() -> None:
     result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0
     assert result.stdout.strip() == f"pml {pml.__version__}"
+
+
+def test_registry_commands_do_not_import_the_mcp_sdk() -> None:
+    # `import mcp` costs most of a second; `pml cap ...` must not pay it (only `pml serve`).
+    import subprocess
+    import sys
+
+    code = "import sys, pml.cli.app; print(sorted({'mcp', 'mcp_types'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -176,6 +176,16 @@ class PermissionsSettings(BaseModel):
     deny: list[str] = Field(default_factory=list[str])
 
 
+class UpstreamSettings(BaseModel):
+    """Timeouts of the upstream pool: per call, per start, and before an idle lazy server stops."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    call_timeout_s: float = Field(default=60.0, gt=0)
+    start_timeout_s: float = Field(default=30.0, gt=0)
+    idle_timeout_s: float = Field(default=300.0, gt=0)
+
+
 class Settings(BaseSettings):
     """Everything PML is configured with; build it with :func:`load_settings`."""
 
@@ -191,6 +201,7 @@ class Settings(BaseSettings):
     llm: LlmSettings | None = None
     policy: PolicySettings = Field(default_factory=PolicySettings)
     permissions: PermissionsSettings = Field(default_factory=PermissionsSettings)
+    upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
 
     @classmethod
     def settings_customise_sources(

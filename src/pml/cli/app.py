@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from pml.cli import cap_cmd, db_cmd, init_cmd, status_cmd
+from pml.cli import cap_cmd, db_cmd, init_cmd, keys_cmd, serve_cmd, status_cmd
 
 app = typer.Typer(
     name="pml",
@@ -45,6 +45,8 @@ init_cmd.register(app)
 db_cmd.register(app)
 cap_cmd.register(app)
 status_cmd.register(app)
+keys_cmd.register(app)
+serve_cmd.register(app)
 
 
 # Loggers whose warnings a command already shows in its own output (e.g. alias warnings).

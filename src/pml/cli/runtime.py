@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 from pml.config import Settings
 from pml.registry.scope import Scope
-from pml.registry.service import CapabilityRegistry, RoutingRules
+from pml.registry.service import CapabilityRegistry
 from pml.registry.tools import CapTools
 from pml.storage.database import Database
+from pml.wiring import routing_rules, scope_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,16 +26,6 @@ class RegistrySession:
     registry: CapabilityRegistry
     tools: CapTools
     scope: Scope
-
-
-def scope_of(settings: Settings) -> Scope:
-    """The caller's scope on this machine: ``[scope]`` and the configured or OS user."""
-    return Scope(settings.scope.org, settings.scope.project, settings.scope.effective_user())
-
-
-def routing_rules(settings: Settings) -> RoutingRules:
-    """The ``[routing]`` patterns as the registry takes them."""
-    return RoutingRules(cloud=tuple(settings.routing.cloud), local=tuple(settings.routing.local))
 
 
 @asynccontextmanager

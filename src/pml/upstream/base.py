@@ -91,8 +91,10 @@ class UpstreamPool(Protocol):
         """Call one tool and return the server's result unchanged.
 
         Raises ``UnknownTool`` (no such server or tool), ``UpstreamUnavailable`` (the server
-        is down, crashed or could not start: it is restarted with backoff on a later call)
-        and ``ExecutionTimeout`` (no answer within the timeout), each naming the server.
+        is down, crashed or could not start: it is restarted with backoff on a later call),
+        ``ExecutionTimeout`` (no answer within the timeout), ``ToolCallError`` (a JSON-RPC
+        error instead of a result) and ``InvalidArgs`` (arguments that are not a JSON
+        object), each naming the server. A result with ``isError`` is returned as it is.
         """
         ...
 

@@ -1,0 +1,181 @@
+"""What PML adds to one cheap upstream tool call, over stdio and over streamable HTTP.
+
+    python benchmarks/proxy_overhead.py [--n 1000] [--warmup 50] [--tool echo|time]
+                                        [--transports stdio,http] [--mode auto|legacy]
+
+Calls one cheap tool (server-everything's ``echo`` by default, or mcp-server-time's
+``convert_time``) N times directly with the SDK client and N times through PML as the
+pass-through tool ``server__tool``: ``pml serve --stdio``, and ``pml serve --http`` with an
+API key. Direct and proxied calls alternate one by one in the same run, so both see the same
+machine load. Prints one JSON line per transport:
+
+    {"transport": "stdio", "n": 1000, "direct_p50_ms": 0.61, "via_pml_p50_ms": 1.4,
+     "added_p50_ms": 0.79, "added_p95_ms": 1.1}
+
+``added_pXX_ms`` is the proxied percentile minus the direct one. ``--mode`` is the protocol
+the client of PML speaks (``auto``: stateless 2026-07-28; ``legacy``: 2025-11-25 sessions);
+PML speaks to the npm upstream in 2025-11-25 either way. ``--transports direct``
+times only the direct half (a check of the set-up). Needs the npm servers of the e2e tests
+(installed by ``scripts/e2e-deps.sh``, which this script runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+from mcp import Client
+from mcp.client.stdio import stdio_client
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+# The helpers that start real servers and PML live with the e2e tests.
+from e2e.support import (
+    Upstream,
+    create_key,
+    http_client,
+    install_npm_deps,
+    pml_http,
+    pml_stdio,
+    reference_servers,
+    sqlite_url,
+    write_config,
+)
+
+TOOLS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "echo": ("everything", "echo", {"message": "ping"}),
+    "time": (
+        "time",
+        "convert_time",
+        {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"},
+    ),
+}
+
+Call = Callable[[], Awaitable[Any]]
+
+
+def percentile(samples: list[float], q: float) -> float:
+    """The q-th percentile (0-100) by linear interpolation."""
+    return statistics.quantiles(samples, n=100, method="inclusive")[round(q) - 1]
+
+
+async def timed(call: Call) -> float:
+    start = time.perf_counter_ns()
+    result = await call()
+    elapsed = (time.perf_counter_ns() - start) / 1e6
+    if getattr(result, "is_error", False):
+        raise SystemExit(f"the benchmarked call failed: {result!r}")
+    return elapsed
+
+
+async def alternate(direct: Call, via: Call | None, n: int, warmup: int) -> dict[str, list[float]]:
+    """Warm both paths, then time n calls of each, alternating one by one."""
+    for _ in range(warmup):
+        await direct()
+        if via is not None:
+            await via()
+    samples: dict[str, list[float]] = {"direct": [], "via": []}
+    for _ in range(n):
+        samples["direct"].append(await timed(direct))
+        if via is not None:
+            samples["via"].append(await timed(via))
+    return samples
+
+
+def line(transport: str, samples: dict[str, list[float]]) -> dict[str, Any]:
+    direct, via = samples["direct"], samples["via"]
+    figures: dict[str, Any] = {
+        "transport": transport,
+        "n": len(direct),
+        "direct_p50_ms": round(percentile(direct, 50), 3),
+    }
+    if via:
+        figures |= {
+            "via_pml_p50_ms": round(percentile(via, 50), 3),
+            "added_p50_ms": round(percentile(via, 50) - percentile(direct, 50), 3),
+            "added_p95_ms": round(percentile(via, 95) - percentile(direct, 95), 3),
+        }
+    else:
+        figures["direct_p95_ms"] = round(percentile(direct, 95), 3)
+    return figures
+
+
+@asynccontextmanager
+async def via_pml(
+    transport: str, upstream: Upstream, workdir: Path, mode: str
+) -> AsyncIterator[Client]:
+    """A client of PML (stdio, or HTTP with a fresh key) whose only upstream is ``upstream``."""
+    folder = workdir / transport
+    folder.mkdir()
+    config = write_config(folder / "pml.toml", [upstream], database_url=sqlite_url(folder))
+    if transport == "stdio":
+        async with pml_stdio(config, folder / "pml.log", mode=mode) as gateway:
+            yield gateway.client
+        return
+    key = create_key(config, "bench", "main")["key"]
+    with pml_http(config, folder / "pml.log") as gateway:
+        async with http_client(gateway.mcp_url, key, mode=mode) as client:
+            yield client
+
+
+async def run(args: argparse.Namespace, quiet: TextIO) -> None:
+    """``quiet`` takes the direct server's stderr (its start-up banner)."""
+    server, tool, arguments = TOOLS[args.tool]
+    deps = install_npm_deps()
+    with tempfile.TemporaryDirectory(prefix="pml-bench-") as tmp:
+        workdir = Path(tmp)
+        upstream = reference_servers(deps, workdir)[server]
+        async with Client(stdio_client(upstream.params(), errlog=quiet)) as direct_client:
+
+            async def direct() -> Any:
+                return await direct_client.call_tool(tool, arguments)
+
+            for transport in args.transports:
+                if transport == "direct":
+                    samples = await alternate(direct, None, args.n, args.warmup)
+                    print(json.dumps(line(transport, samples)), flush=True)
+                    continue
+                async with via_pml(transport, upstream, workdir, args.mode) as client:
+
+                    async def via(client: Client = client) -> Any:
+                        return await client.call_tool(f"{server}__{tool}", arguments)
+
+                    samples = await alternate(direct, via, args.n, args.warmup)
+                print(json.dumps(line(transport, samples)), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="What PML adds to one cheap upstream tool call.")
+    parser.add_argument("--n", type=int, default=1000, help="timed calls per path")
+    parser.add_argument("--warmup", type=int, default=50, help="untimed calls per path first")
+    parser.add_argument("--tool", choices=sorted(TOOLS), default="echo")
+    parser.add_argument(
+        "--mode",
+        default="auto",
+        help="protocol of the client of PML: auto (2026-07-28 stateless) or legacy (sessions)",
+    )
+    parser.add_argument(
+        "--transports",
+        type=lambda text: [part for part in text.split(",") if part],
+        default=["stdio", "http"],
+        help="comma-separated: stdio, http, direct",
+    )
+    args = parser.parse_args()
+    unknown = set(args.transports) - {"stdio", "http", "direct"}
+    if unknown or args.n < 2:
+        parser.error(f"unknown transports {sorted(unknown)}" if unknown else "--n must be >= 2")
+    with open(os.devnull, "w") as quiet:
+        anyio.run(run, args, quiet)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""``pml serve [--stdio | --http HOST:PORT]``: run the gateway.
+
+Over stdio, stdout carries the MCP protocol and nothing else: logs and notices go to
+stderr. Over HTTP, the MCP endpoint is ``http://HOST:PORT/mcp`` and every request needs an
+API key (``pml keys create``), except ``GET /health``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Annotated
+
+import typer
+
+from pml.cli.common import ConfigOption, load_cli_settings, run_command
+from pml.errors import ConfigError, InvalidInput
+
+_HOST_PORT = re.compile(
+    r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9.-]+)):(?P<port>\d{1,5})"
+)
+
+MAX_ADDRESS = 300  # a DNS name is at most 253 characters
+
+
+def parse_host_port(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as a pair, or ``INVALID_INPUT``."""
+    match = _HOST_PORT.fullmatch(value.strip()) if len(value) <= MAX_ADDRESS else None
+    port = int(match.group("port")) if match else -1
+    if match is None or not 0 < port < 65536:
+        shown = value if len(value) <= 60 else value[:60] + "…"
+        raise InvalidInput(
+            f"--http expects HOST:PORT with a port from 1 to 65535 "
+            f"(e.g. 127.0.0.1:8765), not {shown!r}",
+            field="http",
+        )
+    return match.group("v6") or match.group("host"), port
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``serve`` to the ``pml`` application."""
+
+    @app.command("serve")
+    def serve(
+        ctx: typer.Context,
+        stdio: Annotated[
+            bool, typer.Option("--stdio", help="Serve MCP over stdin/stdout (the default).")
+        ] = False,
+        http: Annotated[
+            str | None,
+            typer.Option(
+                "--http",
+                metavar="HOST:PORT",
+                help="Serve streamable HTTP at http://HOST:PORT/mcp (API keys required).",
+            ),
+        ] = None,
+        config: ConfigOption = None,
+    ) -> None:
+        """Run the gateway: stdio for one agent, or HTTP for a shared deployment."""
+
+        async def body() -> None:
+            if stdio and http is not None:
+                raise InvalidInput("give either --stdio or --http HOST:PORT, not both")
+            address = parse_host_port(http) if http is not None else None
+            settings = load_cli_settings(ctx, config)
+            if address is None:
+                from pml.gateway.server import serve_stdio
+
+                await serve_stdio(settings)
+                return
+            from pml.gateway.http import serve_http
+
+            host, port = address
+            try:
+                await serve_http(settings, host, port, ready=_announce)
+            except OSError as error:
+                reason = error.strerror or str(error)
+                raise ConfigError(f"cannot serve HTTP on {host}:{port}: {reason}") from None
+
+        try:
+            run_command(body)
+        except KeyboardInterrupt:
+            raise typer.Exit(code=130) from None
+
+
+def _announce(url: str) -> None:
+    print(f"PML gateway: MCP at {url}/mcp (health: {url}/health)", file=sys.stderr, flush=True)

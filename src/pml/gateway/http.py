@@ -1,0 +1,278 @@
+"""The gateway over streamable HTTP: ``/mcp`` (both protocol generations), ``GET /health``.
+
+    async with open_gateway(settings) as gateway:
+        app = create_app(gateway)            # Starlette; API keys checked on every request
+        ...
+    await serve_http(settings, "127.0.0.1", 8765)   # the same, under uvicorn, until Ctrl-C
+
+Every request except ``GET /health`` needs ``Authorization: Bearer <api key>``. A missing,
+malformed, wrong or revoked key gets a 401 with ``{"error": {"code": "UNAUTHORIZED", ...}}``
+before anything else runs. A valid key's ``Scope`` is put on the request
+(``request.state.pml_scope``) for the MCP handlers, and the key's digest becomes the
+session owner, so a session opened with one key cannot be used with another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import re
+import signal
+import socket
+import threading
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import uvicorn
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Send
+from starlette.types import Scope as AsgiScope
+
+from pml import __version__
+from pml.config import Settings
+from pml.gateway.server import SCOPE_STATE_KEY, Gateway, open_gateway
+from pml.registry.scope import Scope
+from pml.upstream.base import UpstreamPool
+
+logger = logging.getLogger(__name__)
+
+Authenticate = Callable[[str], Awaitable[Scope | None]]
+
+OPEN_PATHS = frozenset({"/health"})
+MAX_TOKEN_LENGTH = 512
+BEARER = re.compile(r"Bearer +([A-Za-z0-9._~+/-]+=*) *", re.IGNORECASE)
+GRACEFUL_SHUTDOWN_S = 5
+START_TIMEOUT_S = 10.0
+
+
+class ApiKeyMiddleware:
+    """ASGI middleware: a valid ``Authorization: Bearer`` key, or a 401 and nothing else."""
+
+    def __init__(
+        self, app: ASGIApp, *, authenticate: Authenticate, open_paths: frozenset[str] = OPEN_PATHS
+    ) -> None:
+        self.app = app
+        self.authenticate = authenticate
+        self.open_paths = open_paths
+
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self.app(scope, receive, send)
+            return
+        if kind != "http":  # no websocket endpoint exists; refuse before routing
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        if scope["path"] in self.open_paths and scope["method"] in ("GET", "HEAD"):
+            await self.app(scope, receive, send)
+            return
+        token, problem = bearer_token(scope)
+        if token is None:
+            await unauthorized(problem)(scope, receive, send)
+            return
+        try:
+            principal = await self.authenticate(token)
+        except Exception:  # the key store failed: not the caller's fault, and not a pass
+            logger.exception("API key check failed")
+            body = {"error": {"code": "INTERNAL_ERROR", "message": "Could not check the API key"}}
+            await JSONResponse(body, status_code=500)(scope, receive, send)
+            return
+        if principal is None:
+            await unauthorized("Invalid or revoked API key")(scope, receive, send)
+            return
+        state: dict[str, Any] = dict(scope.get("state") or {})
+        state[SCOPE_STATE_KEY] = principal
+        scope["state"] = state
+        scope["user"] = _session_owner(token, principal)
+        await self.app(scope, receive, send)
+
+
+def bearer_token(scope: AsgiScope) -> tuple[str | None, str]:
+    """The token of the request's single ``Authorization: Bearer`` header, or why there is none."""
+    values = [value for key, value in scope["headers"] if key == b"authorization"]
+    if not values:
+        return None, "Missing API key: send 'Authorization: Bearer <key>'"
+    raw = values[0]
+    if len(values) > 1 or len(raw) > MAX_TOKEN_LENGTH + 16:
+        return None, "Malformed Authorization header: expected 'Bearer <key>'"
+    match = BEARER.fullmatch(raw.decode("latin-1"))
+    if match is None or len(match.group(1)) > MAX_TOKEN_LENGTH:
+        return None, "Malformed Authorization header: expected 'Bearer <key>'"
+    return match.group(1), ""
+
+
+def unauthorized(message: str) -> Response:
+    """The 401 every refused request gets."""
+    return JSONResponse(
+        {"error": {"code": "UNAUTHORIZED", "message": message}},
+        status_code=401,
+        headers={"WWW-Authenticate": 'Bearer realm="pml"'},
+    )
+
+
+def _session_owner(token: str, principal: Scope) -> AuthenticatedUser:
+    # The SDK binds an MCP session to the principal that opened it; the key digest is it.
+    digest = hashlib.sha256(token.encode("utf-8")).hexdigest()
+    return AuthenticatedUser(
+        AccessToken(
+            token=digest,
+            client_id=digest,
+            scopes=[],
+            subject=f"{principal.key}:{principal.user}",
+        )
+    )
+
+
+def create_app(
+    gateway: Gateway,
+    *,
+    authenticate: Authenticate | None = None,
+    host: str = "127.0.0.1",
+) -> Starlette:
+    """The HTTP app: ``/mcp`` and ``/health``, behind API keys (``ApiKeys`` by default)."""
+    if authenticate is None:
+        from pml.gateway.keys import ApiKeys
+
+        keys = ApiKeys(gateway.db)
+        authenticate = keys.authenticate
+
+    async def health(_request: Request) -> Response:
+        upstream = [
+            {"name": status.name, "state": status.state, "tool_count": status.tool_count}
+            for status in gateway.pool.status()
+        ]
+        return JSONResponse({"status": "ok", "version": __version__, "upstream": upstream})
+
+    app = gateway.server.streamable_http_app(
+        host=host, custom_starlette_routes=[Route("/health", health, methods=["GET"])]
+    )
+    app.add_middleware(ApiKeyMiddleware, authenticate=authenticate)
+    return app
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn, without re-raising the stop signal after its graceful shutdown.
+
+    uvicorn re-raises SIGTERM/SIGINT once it has stopped; under SIGTERM's default action that
+    would kill the process before the gateway stops its upstream children. ``ready`` is set
+    once requests are served, ``stopped`` once it has shut down (or failed to start).
+    """
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = anyio.Event()
+        self.stopped = anyio.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            self.ready.set()
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        try:
+            await super().serve(sockets=sockets)
+        finally:
+            self.stopped.set()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        handled = (signal.SIGINT, signal.SIGTERM)
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (``port=0``: a free one); OSError if it cannot."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP,
+    # and without it every small response waits ~40 ms for a delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def base_url(sock: socket.socket) -> str:
+    """``http://host:port`` of a bound socket (a wildcard address shown as loopback)."""
+    host, port = sock.getsockname()[:2]
+    if host in ("0.0.0.0", "::"):
+        host = "127.0.0.1" if host == "0.0.0.0" else "::1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+@asynccontextmanager
+async def _serving(app: Starlette, sock: socket.socket) -> AsyncGenerator[_Uvicorn]:
+    """uvicorn on ``sock`` in the background; asks it to stop when the block ends."""
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        server_header=False,
+    )
+    server = _Uvicorn(config)
+    async with anyio.create_task_group() as group:
+        group.start_soon(server.serve, [sock])
+        with anyio.fail_after(START_TIMEOUT_S):
+            await server.ready.wait()
+        try:
+            yield server
+        finally:
+            server.should_exit = True
+
+
+@asynccontextmanager
+async def running_http(
+    gateway: Gateway,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    authenticate: Authenticate | None = None,
+) -> AsyncGenerator[str]:
+    """Serve ``gateway`` in the background; yields the base URL (``port=0``: a free port)."""
+    with contextlib.closing(listen_socket(host, port)) as sock:
+        app = create_app(gateway, authenticate=authenticate, host=host)
+        async with _serving(app, sock):
+            yield base_url(sock)
+
+
+async def serve_http(
+    settings: Settings,
+    host: str,
+    port: int,
+    *,
+    pool: UpstreamPool | None = None,
+    authenticate: Authenticate | None = None,
+    ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve the gateway over HTTP until SIGINT/SIGTERM, then stop the pool and the database.
+
+    The port is bound before anything starts, so a busy port fails fast with ``OSError``;
+    ``ready(base_url)`` is called once requests are served.
+    """
+    with contextlib.closing(listen_socket(host, port)) as sock:
+        async with open_gateway(settings, pool=pool) as gateway:
+            app = create_app(gateway, authenticate=authenticate, host=host)
+            async with _serving(app, sock) as server:
+                if ready is not None:
+                    ready(base_url(sock))
+                await server.stopped.wait()  # uvicorn stops on SIGINT/SIGTERM

@@ -1,0 +1,257 @@
+"""The MCP server agents connect to, and the gateway it runs on (database, registry, pool).
+
+    async with open_gateway(settings) as gateway:          # db open, pool started
+        async with Client(gateway.server) as client:       # or serve_stdio / serve_http
+            await client.call_tool("cap_list", {})
+
+The server is the SDK's low-level ``Server``: both protocol generations (2025-11-25 sessions
+and stateless 2026-07-28) are served by the same handlers. The caller's scope is the one the
+HTTP auth middleware put on the request (``request.state.pml_scope``); without an HTTP
+request (stdio, in-process) it is the configured ``[scope]``.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import signal
+import threading
+import weakref
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import mcp_types
+from mcp.server import NotificationOptions, Server, ServerRequestContext
+from mcp.server.connection import Connection
+from mcp.server.models import InitializationOptions
+from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from pml import __version__
+from pml.config import Settings
+from pml.errors import PmlError
+from pml.gateway.tools import GatewayTools, Unauthorized, error_result
+from pml.registry.routing import server_routing
+from pml.registry.scope import Scope
+from pml.registry.service import CapabilityRegistry
+from pml.registry.tools import CapTools
+from pml.storage.database import Database
+from pml.upstream.base import UpstreamPool
+from pml.wiring import routing_rules, scope_of
+
+logger = logging.getLogger(__name__)
+
+SCOPE_STATE_KEY = "pml_scope"
+INSTRUCTIONS = (
+    "PML is a gateway to many MCP servers that learns reusable capabilities. Use pml_discover "
+    "to find tools and capabilities for an intent, pml_execute to run a Python snippet that "
+    "calls them (successful snippets become capabilities) or a capability by name, and the "
+    "cap_* tools to list, look up, rename and curate capabilities."
+)
+
+Context = ServerRequestContext[dict[str, Any], Any]
+
+
+class ToolListNotifier:
+    """Tells connected clients that the tool list changed, in both protocol generations.
+
+    2026-07-28 clients ``subscriptions/listen`` (served from ``bus``); 2025-11-25 sessions get
+    ``notifications/tools/list_changed`` on their standalone stream once they listed tools.
+    """
+
+    def __init__(self) -> None:
+        self.bus = InMemorySubscriptionBus()
+        self._connections: weakref.WeakSet[Connection] = weakref.WeakSet()
+
+    def track(self, ctx: Context) -> None:
+        """Remember a session-era connection that has listed or called tools."""
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return
+        # The SDK hands handlers the connection only through the session (TODO(L54) there).
+        connection = ctx.session._connection  # pyright: ignore[reportPrivateUsage]
+        if connection.has_standalone_channel:
+            self._connections.add(connection)
+
+    async def tools_changed(self) -> None:
+        """Send ``tools/list_changed`` to every listening client (best effort, never raises)."""
+        await self.bus.publish(ToolsListChanged())
+        for connection in list(self._connections):
+            await connection.send_tool_list_changed()
+
+
+class GatewayServer(Server[dict[str, Any]]):
+    """The low-level SDK server, declaring ``tools.listChanged`` in every generation."""
+
+    notifier: ToolListNotifier
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        """The SDK's options, with ``tools.listChanged: true`` unless told otherwise."""
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+
+def caller_scope(ctx: Context, default_scope: Scope) -> Scope:
+    """The scope of the request's API key over HTTP, else ``default_scope`` (stdio)."""
+    request: object = ctx.request
+    if request is None:
+        return default_scope
+    state = getattr(request, "state", None)
+    scope = getattr(state, SCOPE_STATE_KEY, None)
+    if isinstance(scope, Scope):
+        return scope
+    # An HTTP request that skipped authentication: refuse rather than act as the default.
+    raise Unauthorized("This request carries no authenticated scope")
+
+
+def build_server(tools: GatewayTools, *, default_scope: Scope) -> GatewayServer:
+    """The MCP server exposing ``tools``; a request without an API-key scope uses the default."""
+    notifier = ToolListNotifier()
+
+    async def on_list_tools(
+        ctx: Context, params: mcp_types.PaginatedRequestParams | None
+    ) -> mcp_types.ListToolsResult:
+        notifier.track(ctx)
+        try:
+            scope = caller_scope(ctx, default_scope)
+        except Unauthorized as error:
+            raise MCPError(mcp_types.INVALID_REQUEST, error.message) from None
+        return mcp_types.ListToolsResult(tools=await tools.list_tools(scope))
+
+    async def on_call_tool(
+        ctx: Context, params: mcp_types.CallToolRequestParams
+    ) -> mcp_types.CallToolResult:
+        notifier.track(ctx)
+        try:
+            scope = caller_scope(ctx, default_scope)
+        except PmlError as error:
+            return error_result(error)
+        return await tools.call_tool(scope, params.name, params.arguments)
+
+    server = GatewayServer(
+        "pml",
+        version=__version__,
+        title="PML gateway",
+        instructions=INSTRUCTIONS,
+        get_tool_input_schema=tools.input_schema,
+        on_list_tools=on_list_tools,
+        on_call_tool=on_call_tool,
+        on_subscriptions_listen=ListenHandler(notifier.bus),
+    )
+    server.notifier = notifier
+    tools.on_tools_changed(notifier.tools_changed)
+    return server
+
+
+@dataclass(frozen=True, slots=True)
+class Gateway:
+    """An open gateway: database, registry, started pool, tools and the MCP server."""
+
+    settings: Settings
+    db: Database
+    registry: CapabilityRegistry
+    pool: UpstreamPool
+    tools: GatewayTools
+    server: GatewayServer
+    default_scope: Scope
+
+    async def notify_tools_changed(self) -> None:
+        """Tell connected clients to list tools again (e.g. after a capability rename)."""
+        await self.server.notifier.tools_changed()
+
+
+@asynccontextmanager
+async def open_gateway(
+    settings: Settings, *, pool: UpstreamPool | None = None
+) -> AsyncGenerator[Gateway]:
+    """Open the database, the registry and the pool; on exit stop the pool, close the db."""
+    db = await Database.open(settings.database_url)
+    try:
+        registry = CapabilityRegistry(db, routing=routing_rules(settings))
+        upstream = pool if pool is not None else default_pool(settings, db)
+        try:
+            await upstream.start()
+            default_scope = scope_of(settings)
+            await register_servers(registry, settings, default_scope)
+            tools = GatewayTools(
+                CapTools(registry), upstream, expose_upstream=settings.expose_upstream
+            )
+            server = build_server(tools, default_scope=default_scope)
+            yield Gateway(settings, db, registry, upstream, tools, server, default_scope)
+        finally:
+            # Not inside a cancel scope of ours: a pool may close task groups it opened in
+            # start(), which anyio allows only from the same scope (ClientPool hosts its own).
+            await upstream.stop()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await db.close()
+
+
+async def register_servers(registry: CapabilityRegistry, settings: Settings, scope: Scope) -> None:
+    """Record every enabled upstream server as ``mcp:<name>`` in the deployment's scope (§6.8).
+
+    A changed command becomes a new version of the record; a server the registry refuses
+    (e.g. its name is taken by a capability) is logged and served all the same.
+    """
+    rules = routing_rules(settings)
+    for name, server in sorted(settings.servers.items()):
+        if server.disabled:
+            continue
+        code_url = server.url or shlex.join([server.command or "", *server.args])
+        routing = server_routing(name, rules.cloud, rules.local)
+        try:
+            await registry.register_mcp_server(scope, name, code_url=code_url, routing=routing)
+        except PmlError as error:
+            logger.warning("server %r is not recorded in the registry: %s", name, error.message)
+
+
+def default_pool(settings: Settings, db: Database) -> UpstreamPool:
+    """The configured upstream pool, its catalog stored in ``db`` (imported lazily)."""
+    from pml.storage.catalog_repo import CatalogStore
+    from pml.upstream.pool import ClientPool
+
+    return ClientPool(settings.servers, settings=settings.upstream, catalog=CatalogStore(db))
+
+
+async def serve_stdio(settings: Settings, *, pool: UpstreamPool | None = None) -> None:
+    """Serve over this process's stdin/stdout until the client leaves or SIGTERM/SIGINT.
+
+    On a signal the gateway closes (upstream children stopped, database closed), then the
+    process ends by that signal: the thread reading stdin cannot be interrupted otherwise.
+    """
+    received: list[int] = []
+    # stdout is claimed first: whatever start-up prints (migrations, children) goes to stderr.
+    async with stdio_server() as (read, write):
+        async with open_gateway(settings, pool=pool) as gateway:
+            server = gateway.server
+            async with anyio.create_task_group() as group:
+                group.start_soon(_stop_on_signals, group.cancel_scope, received)
+                await server.run(read, write, server.create_initialization_options())
+                group.cancel_scope.cancel()
+        if received:
+            signal.signal(received[0], signal.SIG_DFL)
+            signal.raise_signal(received[0])
+
+
+async def _stop_on_signals(scope: anyio.CancelScope, received: list[int]) -> None:
+    """Turn SIGTERM/SIGINT into cancelling ``scope``, so the pool still stops its children."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # signals reach the main thread only
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for number in signals:
+            logger.warning("received %s: stopping", signal.Signals(number).name)
+            received.append(number)
+            scope.cancel()
+            return

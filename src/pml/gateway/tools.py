@@ -1,0 +1,198 @@
+"""The tool surface of the gateway (SPEC §3): what ``tools/list`` shows and ``tools/call`` does.
+
+    tools = GatewayTools(CapTools(registry), pool, expose_upstream=False)
+    await tools.list_tools(scope)       # pml_discover, pml_execute, cap_list ... cap_curate
+    await tools.call_tool(scope, "cap:list", {})   # structuredContent {"items": [], "total": 0}
+
+Every answer of our own tools is ``structuredContent`` plus the same JSON as one text
+block; a failure is ``isError: true`` with ``{"error": {"code", "message", ...}}``. A
+pass-through tool (``server__tool``, only with ``expose_upstream``) answers exactly what its
+upstream server answered, error results included.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import mcp_types
+
+from pml.errors import NotAvailable, NotFound, PmlError
+from pml.gateway.schemas import STATIC_TOOLS, CurateParams, DiscoverParams, ExecuteParams
+from pml.registry.fqdn import message_value
+from pml.registry.scope import Scope
+from pml.registry.tools import CapTools, parse_params
+from pml.upstream.base import PASS_THROUGH_SEPARATOR, UpstreamPool, UpstreamTool
+
+logger = logging.getLogger(__name__)
+
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+SEED_PREFIXES = ("cap:", "pml:")  # the seed spellings cap:list, pml:execute, ...
+
+ToolsChanged = Callable[[], Awaitable[None]]
+
+_NOT_BUILT: dict[str, tuple[type[Any], str]] = {
+    "pml_execute": (ExecuteParams, "pml_execute is not available yet: code execution is not built"),
+    "pml_discover": (DiscoverParams, "pml_discover is not available yet: discovery is not built"),
+    "cap_curate": (CurateParams, "cap_curate is not available yet: curation is not built"),
+}
+
+
+class Unauthorized(PmlError):
+    """The caller has no valid API key (HTTP answers 401 before any tool runs)."""
+
+    code = "UNAUTHORIZED"
+
+
+class GatewayTools:
+    """Lists and calls the gateway's tools for one caller scope at a time."""
+
+    def __init__(self, cap_tools: CapTools, pool: UpstreamPool, *, expose_upstream: bool) -> None:
+        self._cap_tools = cap_tools
+        self._pool = pool
+        self._expose_upstream = expose_upstream
+        self._cap_names = frozenset(cap_tools.names)
+        self._pass_through: dict[str, UpstreamTool] = {}
+        self._skipped: set[str] = set()
+        self._listeners: list[ToolsChanged] = []
+        if expose_upstream:
+            pool.on_tools_changed(self._upstream_changed)
+
+    @property
+    def expose_upstream(self) -> bool:
+        """Whether upstream tools are listed and callable as ``server__tool``."""
+        return self._expose_upstream
+
+    def on_tools_changed(self, listener: ToolsChanged) -> None:
+        """Call ``listener()`` whenever the listed tools may have changed."""
+        self._listeners.append(listener)
+
+    async def list_tools(self, scope: Scope) -> list[mcp_types.Tool]:
+        """The tools ``scope`` sees: the fixed ones, then pass-through tools if exposed."""
+        tools = list(STATIC_TOOLS.values())
+        if self._expose_upstream:
+            await self._refresh()
+            tools.extend(
+                upstream.definition.model_copy(update={"name": name})
+                for name, upstream in self._pass_through.items()
+            )
+        return tools
+
+    def input_schema(self, name: str) -> Mapping[str, Any] | None:
+        """A listed tool's input schema by name, from what is known now (no I/O)."""
+        static = STATIC_TOOLS.get(name)
+        if static is not None:
+            return static.input_schema
+        upstream = self._pass_through.get(name) if self._expose_upstream else None
+        return upstream.definition.input_schema if upstream is not None else None
+
+    async def call_tool(
+        self, scope: Scope, name: str, arguments: Mapping[str, Any] | None
+    ) -> mcp_types.CallToolResult:
+        """Run one tool for ``scope``; every failure is an ``isError`` result, never a raise."""
+        try:
+            return await self._call(scope, name, arguments)
+        except PmlError as error:
+            return error_result(error)
+        except Exception:  # the MCP edge: one broken call must not take the server down
+            logger.exception("tool %s failed unexpectedly", message_value(name))
+            return error_result(_InternalError("Internal error while running the tool"))
+
+    async def _call(
+        self, scope: Scope, name: str, arguments: Mapping[str, Any] | None
+    ) -> mcp_types.CallToolResult:
+        canonical = _canonical(name)
+        if canonical in self._cap_names:
+            return json_result(await self._cap_tools.call(canonical, scope, arguments))
+        not_built = _NOT_BUILT.get(canonical)
+        if not_built is not None:
+            params_model, message = not_built
+            parse_params(params_model, arguments)  # a malformed call is told so first
+            raise NotAvailable(message, tool=canonical)
+        address = await self._resolve_pass_through(name)
+        if address is None:
+            raise NotFound(f"Unknown tool: {message_value(name)}")
+        server, tool = address
+        return await self._pool.call_tool(server, tool, arguments)
+
+    async def _resolve_pass_through(self, name: str) -> tuple[str, str] | None:
+        """``(server, tool)`` of a ``server__tool`` name, through the listed names."""
+        if not self._expose_upstream or not TOOL_NAME.fullmatch(name):
+            return None
+        found = self._pass_through.get(name)
+        if found is None:  # not listed yet (stateless clients may call without listing)
+            await self._refresh()
+            found = self._pass_through.get(name)
+        if found is not None:
+            return found.server, found.name
+        # A server that is not running lists nothing (failed at start, lazy without a stored
+        # catalog): its calls go to the pool, which starts it or says why it cannot.
+        for status in sorted(self._pool.status(), key=lambda s: len(s.name), reverse=True):
+            prefix = status.name + PASS_THROUGH_SEPARATOR
+            if status.state in ("running", "disabled") or not name.startswith(prefix):
+                continue
+            if len(name) > len(prefix):
+                return status.name, name[len(prefix) :]
+        return None
+
+    async def _refresh(self) -> None:
+        """Rebuild the ``server__tool`` map from the pool (names resolved, never split)."""
+        by_name: dict[str, list[UpstreamTool]] = {}
+        for upstream in await self._pool.list_tools():
+            by_name.setdefault(upstream.pass_through_name, []).append(upstream)
+        table: dict[str, UpstreamTool] = {}
+        for name, candidates in by_name.items():
+            if not TOOL_NAME.fullmatch(name):
+                self._skip_once(name, "is not a valid MCP tool name (^[A-Za-z0-9_-]{1,64}$)")
+            elif len(candidates) > 1:
+                servers = ", ".join(sorted({c.server for c in candidates}))
+                self._skip_once(name, f"is ambiguous (servers {servers})")
+            else:
+                table[name] = candidates[0]
+        self._pass_through = table
+
+    def _skip_once(self, name: str, reason: str) -> None:
+        if name not in self._skipped:
+            self._skipped.add(name)
+            logger.warning("upstream tool %s not exposed: the name %s", message_value(name), reason)
+
+    async def _upstream_changed(self, server: str) -> None:
+        await self._refresh()
+        for listener in list(self._listeners):
+            try:
+                await listener()
+            except Exception:  # a listener's failure must not stop the pool's refresh
+                logger.exception("tools-changed listener failed (server %s)", server)
+
+
+class _InternalError(PmlError):
+    code = "INTERNAL_ERROR"
+
+
+def _canonical(name: str) -> str:
+    for prefix in SEED_PREFIXES:
+        if name.startswith(prefix):
+            return name.replace(":", "_", 1)
+    return name
+
+
+def json_result(data: dict[str, Any], *, is_error: bool = False) -> mcp_types.CallToolResult:
+    """``data`` as ``structuredContent`` and as the same JSON in one text block."""
+    try:
+        text = json.dumps(data, ensure_ascii=False)
+    except (TypeError, ValueError):  # a value JSON cannot hold: show it as text, both ways
+        text = json.dumps(data, ensure_ascii=False, default=str)
+        data = json.loads(text)
+    return mcp_types.CallToolResult(
+        content=[mcp_types.TextContent(type="text", text=text)],
+        structured_content=data,
+        is_error=is_error,
+    )
+
+
+def error_result(error: PmlError) -> mcp_types.CallToolResult:
+    """The ``isError`` result carrying ``{"error": {"code", "message", ...}}``."""
+    return json_result({"error": error.to_dict()}, is_error=True)

@@ -1,0 +1,21 @@
+"""Turning settings into the objects core code takes (entry points call these).
+
+scope = scope_of(settings)              # Scope("local", "default", "<os user>")
+registry = CapabilityRegistry(db, routing=routing_rules(settings))
+"""
+
+from __future__ import annotations
+
+from pml.config import Settings
+from pml.registry.scope import Scope
+from pml.registry.service import RoutingRules
+
+
+def scope_of(settings: Settings) -> Scope:
+    """The caller's scope on this machine: ``[scope]`` and the configured or OS user."""
+    return Scope(settings.scope.org, settings.scope.project, settings.scope.effective_user())
+
+
+def routing_rules(settings: Settings) -> RoutingRules:
+    """The ``[routing]`` patterns as the registry takes them."""
+    return RoutingRules(cloud=tuple(settings.routing.cloud), local=tuple(settings.routing.local))

@@ -1,0 +1,277 @@
+"""The gateway over streamable HTTP on a real uvicorn (127.0.0.1, a free port), with API keys."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from gateway.upstreams import Upstream
+from pml import __version__
+from pml.gateway.http import running_http
+from pml.gateway.keys import ApiKeys
+from pml.gateway.server import Gateway
+from pml.registry.scope import Scope
+from pml.registry.service import CapabilityDraft
+
+pytestmark = pytest.mark.anyio
+
+TIMEOUT = httpx.Timeout(10.0)
+MODES = ["legacy", "2026-07-28"]
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"},
+    },
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
+
+
+@dataclass
+class Served:
+    url: str
+    keys: ApiKeys
+    gateway: Gateway
+
+    async def key(self, org: str = "acme", project: str = "webapp", user: str = "erwan") -> str:
+        return (await self.keys.create(org, project, user=user))[0]
+
+
+@pytest.fixture
+async def served(gateway: Gateway) -> AsyncGenerator[Served]:
+    async with running_http(gateway) as url:
+        yield Served(url, ApiKeys(gateway.db), gateway)
+
+
+async def mcp_call(served: Served, key: str, mode: str, tool: str, args: dict[str, Any]) -> Any:
+    """One tools/call through an SDK client over HTTP with ``key``, in ``mode``."""
+    headers = {"Authorization": f"Bearer {key}"}
+    async with create_mcp_http_client(headers=headers) as http:
+        transport = streamable_http_client(f"{served.url}/mcp", http_client=http)
+        async with Client(transport, mode=mode) as client:
+            return await client.call_tool(tool, args)
+
+
+async def test_health_answers_without_a_key(served: Served) -> None:
+    async with httpx.AsyncClient(timeout=TIMEOUT) as http:
+        response = await http.get(f"{served.url}/health")
+    assert response.status_code == 200
+    assert response.json() == {
+        "status": "ok",
+        "version": __version__,
+        "upstream": [
+            {"name": "a", "state": "running", "tool_count": 3},
+            {"name": "b", "state": "running", "tool_count": 3},
+        ],
+    }
+
+
+BAD_AUTHORIZATIONS = [
+    None,
+    "",
+    "Bearer",
+    "Bearer ,",
+    "Basic dXNlcjpwYXNz",
+    "Bearer pml_not-a-real-key-000000000000000000",
+    "Bearer pml_" + "A" * 43 + " extra",
+    "Bearer " + "x" * 5000,
+    "Bearer ключ",
+]
+PROTECTED = [
+    ("POST", "/mcp"),
+    ("GET", "/mcp"),
+    ("DELETE", "/mcp"),
+    ("GET", "/api/capabilities"),
+    ("POST", "/health"),
+    ("GET", "/"),
+    ("GET", "/health/"),
+]
+
+
+async def test_requests_without_a_valid_key_get_401_and_nothing_else(
+    served: Served, upstreams: dict[str, Upstream]
+) -> None:
+    call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "a__echo", "arguments": {}},
+    }
+    refused: list[tuple[str | None, str, str]] = []
+    async with httpx.AsyncClient(timeout=TIMEOUT) as http:
+        for authorization in BAD_AUTHORIZATIONS:
+            for method, path in PROTECTED:
+                headers = {key.encode(): value.encode() for key, value in MCP_HEADERS.items()}
+                if authorization is not None:
+                    headers[b"Authorization"] = authorization.encode()
+                response = await http.request(
+                    method,
+                    f"{served.url}{path}",
+                    headers=headers,
+                    json=call if method == "POST" else None,
+                )
+                body = response.json()
+                assert response.status_code == 401, (authorization, method, path)
+                assert set(body) == {"error"}
+                assert body["error"]["code"] == "UNAUTHORIZED"
+                assert "mcp-session-id" not in response.headers
+                refused.append((authorization, method, path))
+    assert len(refused) == len(BAD_AUTHORIZATIONS) * len(PROTECTED)
+    assert upstreams["a"].calls == []
+
+
+async def test_a_revoked_key_gets_401(served: Served) -> None:
+    key, record = await served.keys.create("acme", "webapp", user="erwan")
+    assert (await mcp_call(served, key, "legacy", "cap_list", {})).is_error is False
+    await served.keys.revoke(record.prefix)
+    async with httpx.AsyncClient(timeout=TIMEOUT) as http:
+        response = await http.post(
+            f"{served.url}/mcp",
+            json=INIT,
+            headers={**MCP_HEADERS, "Authorization": f"Bearer {key}"},
+        )
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "UNAUTHORIZED"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_valid_key_reaches_the_tools_in_both_protocol_generations(
+    served: Served, mode: str
+) -> None:
+    key = await served.key()
+    listed = await mcp_call(served, key, mode, "cap_list", {})
+    assert listed.structured_content == {"items": [], "total": 0}
+    echoed = await mcp_call(served, key, mode, "a__echo", {"text": "ü"})
+    assert echoed.structured_content == {"server": "a", "tool": "echo", "args": {"text": "ü"}}
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_each_key_sees_only_its_own_org_and_project(served: Served, mode: str) -> None:
+    acme, globex = await served.key("acme", "webapp"), await served.key("globex", "site", "gina")
+    registry = served.gateway.registry
+    draft = CapabilityDraft(code="return 'acme secret'", name="acme_only")
+    created = (await registry.capture(Scope("acme", "webapp", "erwan"), draft, latency_ms=1)).record
+    seen_by_acme = (await mcp_call(served, acme, mode, "cap_list", {})).structured_content
+    seen_by_globex = (await mcp_call(served, globex, mode, "cap_list", {})).structured_content
+    assert [item["display_name"] for item in seen_by_acme["items"]] == ["acme_only"]
+    assert seen_by_globex == {"items": [], "total": 0}
+    other = await mcp_call(served, globex, mode, "cap_whois", {"fqdn": created.fqdn})
+    assert other.is_error
+    assert other.structured_content["error"]["code"] == "NOT_FOUND"
+    created_by = seen_by_acme["items"][0]["created_by"]
+    assert created_by == "erwan"
+
+
+async def test_a_session_opened_with_one_key_cannot_be_used_with_another(served: Served) -> None:
+    first, second = await served.key(), await served.key("globex", "site", "gina")
+    async with httpx.AsyncClient(timeout=TIMEOUT) as http:
+        opened = await http.post(
+            f"{served.url}/mcp",
+            json=INIT,
+            headers={**MCP_HEADERS, "Authorization": f"Bearer {first}"},
+        )
+        assert opened.status_code == 200
+        session = opened.headers["mcp-session-id"]
+        hijack = await http.post(
+            f"{served.url}/mcp",
+            json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            headers={
+                **MCP_HEADERS,
+                "Authorization": f"Bearer {second}",
+                "Mcp-Session-Id": session,
+                "MCP-Protocol-Version": "2025-11-25",
+            },
+        )
+    assert hijack.status_code == 404
+
+
+async def test_an_oversized_body_is_refused_before_any_tool_runs(
+    served: Served, upstreams: dict[str, Upstream]
+) -> None:
+    key = await served.key()
+    call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "a__echo", "arguments": {"text": "x" * (5 * 1024 * 1024)}},
+    }
+    async with httpx.AsyncClient(timeout=TIMEOUT) as http:
+        response = await http.post(
+            f"{served.url}/mcp",
+            json=call,
+            headers={
+                **MCP_HEADERS,
+                "Authorization": f"Bearer {key}",
+                "MCP-Protocol-Version": "2026-07-28",
+            },
+        )
+    assert response.status_code == 413
+    assert upstreams["a"].calls == []
+
+
+async def test_a_key_check_that_fails_is_a_500_not_a_pass(gateway: Gateway) -> None:
+    async def broken(token: str) -> Scope | None:
+        raise RuntimeError("database is down")
+
+    async with running_http(gateway, authenticate=broken) as url, httpx.AsyncClient() as http:
+        response = await http.post(
+            f"{url}/mcp", json=INIT, headers={**MCP_HEADERS, "Authorization": "Bearer abc"}
+        )
+    assert response.status_code == 500
+    assert response.json()["error"]["code"] == "INTERNAL_ERROR"
+
+
+HTTP_GATEWAY = """
+import sys, anyio
+from pathlib import Path
+from gateway.upstreams import Upstream, gateway_settings
+from pml.gateway.http import serve_http
+from pml.upstream.pool import ClientPool
+
+class MarkingPool(ClientPool):
+    async def stop(self):
+        await super().stop()
+        Path(sys.argv[2]).write_text("stopped")
+
+def ready(url):
+    print(url, flush=True)
+
+pool = MarkingPool({"a": Upstream("a").server})
+settings = gateway_settings(sys.argv[1], expose_upstream=True)
+anyio.run(lambda: serve_http(settings, "127.0.0.1", 0, pool=pool, ready=ready))
+"""
+
+
+async def test_sigterm_shuts_down_gracefully_and_stops_the_pool(tmp_path: Path) -> None:
+    here = Path(__file__).parent
+    path = [str(here.parent), str(here.parents[1] / "src")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    marker = tmp_path / "pool-stopped"
+    command = [sys.executable, "-c", HTTP_GATEWAY, f"sqlite:///{tmp_path / 'pml.db'}", str(marker)]
+    with anyio.fail_after(30):
+        async with await anyio.open_process(command, env=env, stderr=None) as process:
+            assert process.stdout is not None
+            line = b""
+            while not line.endswith(b"\n"):
+                line += await process.stdout.receive()
+            url = line.decode().strip()
+            async with httpx.AsyncClient(timeout=TIMEOUT) as http:
+                assert (await http.get(f"{url}/health")).status_code == 200
+            process.send_signal(signal.SIGTERM)
+            assert await process.wait() == 0
+    assert marker.read_text() == "stopped"
