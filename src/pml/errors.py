@@ -25,7 +25,9 @@ result; the CLI prints one line and exits 1.
     ├── ToolCallError         TOOL_ERROR
     ├── UpstreamUnavailable   UPSTREAM_UNAVAILABLE
     ├── StorageError          STORAGE_ERROR
-    └── NotAvailable          NOT_AVAILABLE   (a tool whose part of PML is not built yet)
+    ├── NotAvailable          NOT_AVAILABLE   (a tool whose part of PML is not built yet)
+    ├── Unauthorized          UNAUTHORIZED    (no valid API key: HTTP 401)
+    └── InternalError         INTERNAL_ERROR  (a bug: logged, generic message to the caller)
 
 Example::
 
@@ -135,3 +137,11 @@ class StorageError(PmlError):
 
 class NotAvailable(PmlError):
     code = "NOT_AVAILABLE"
+
+
+class Unauthorized(PmlError):
+    code = "UNAUTHORIZED"
+
+
+class InternalError(PmlError):
+    code = "INTERNAL_ERROR"

@@ -34,8 +34,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from pml import __version__
 from pml.config import Settings
-from pml.errors import PmlError
-from pml.gateway.tools import GatewayTools, Unauthorized, error_result
+from pml.errors import PmlError, Unauthorized
+from pml.gateway.tools import GatewayTools, error_result
 from pml.registry.routing import server_routing
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityRegistry

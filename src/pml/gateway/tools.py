@@ -20,7 +20,7 @@ from typing import Any
 
 import mcp_types
 
-from pml.errors import NotAvailable, NotFound, PmlError
+from pml.errors import InternalError, NotAvailable, NotFound, PmlError
 from pml.gateway.schemas import STATIC_TOOLS, CurateParams, DiscoverParams, ExecuteParams
 from pml.registry.fqdn import message_value
 from pml.registry.scope import Scope
@@ -39,12 +39,6 @@ _NOT_BUILT: dict[str, tuple[type[Any], str]] = {
     "pml_discover": (DiscoverParams, "pml_discover is not available yet: discovery is not built"),
     "cap_curate": (CurateParams, "cap_curate is not available yet: curation is not built"),
 }
-
-
-class Unauthorized(PmlError):
-    """The caller has no valid API key (HTTP answers 401 before any tool runs)."""
-
-    code = "UNAUTHORIZED"
 
 
 class GatewayTools:
@@ -99,7 +93,7 @@ class GatewayTools:
             return error_result(error)
         except Exception:  # the MCP edge: one broken call must not take the server down
             logger.exception("tool %s failed unexpectedly", message_value(name))
-            return error_result(_InternalError("Internal error while running the tool"))
+            return error_result(InternalError("Internal error while running the tool"))
 
     async def _call(
         self, scope: Scope, name: str, arguments: Mapping[str, Any] | None
@@ -166,10 +160,6 @@ class GatewayTools:
                 await listener()
             except Exception:  # a listener's failure must not stop the pool's refresh
                 logger.exception("tools-changed listener failed (server %s)", server)
-
-
-class _InternalError(PmlError):
-    code = "INTERNAL_ERROR"
 
 
 def _canonical(name: str) -> str:
