@@ -25,6 +25,7 @@ from typing import Any, Final
 
 import anyio
 import httpx2
+import mcp.client.stdio as sdk_stdio
 import mcp_types
 from mcp import Client
 from mcp.client.session import MessageHandlerFnT
@@ -53,6 +54,12 @@ INHERITED_ENV_VARS: Final = (
 MAX_TOOL_PAGES: Final = 100
 STDERR_TAIL_BYTES: Final = 8192
 HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
+
+# How long a stdio child may take to exit after its stdin closes before it is signalled.
+# The SDK's default (2 s) is exactly the grace PML's own MCP client gives PML, so a busy
+# child could outlive a PML killed at the end of that grace. PML must be done well inside.
+CHILD_STOP_GRACE_S: Final = 0.5
+sdk_stdio.PROCESS_TERMINATION_TIMEOUT = CHILD_STOP_GRACE_S
 
 
 def inherited_environment() -> dict[str, str]:
