@@ -17,8 +17,8 @@ import shlex
 import signal
 import threading
 import weakref
-from collections.abc import AsyncGenerator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, Generator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,7 @@ from pml.registry.service import CapabilityRegistry
 from pml.registry.tools import CapTools
 from pml.storage.database import Database
 from pml.upstream.base import UpstreamPool
+from pml.upstream.children import terminate_children
 from pml.wiring import routing_rules, scope_of
 
 logger = logging.getLogger(__name__)
@@ -234,15 +235,40 @@ async def serve_stdio(settings: Settings, *, pool: UpstreamPool | None = None) -
     received: list[int] = []
     # stdout is claimed first: whatever start-up prints (migrations, children) goes to stderr.
     async with stdio_server() as (read, write):
-        async with open_gateway(settings, pool=pool) as gateway:
-            server = gateway.server
-            async with anyio.create_task_group() as group:
-                group.start_soon(_stop_on_signals, group.cancel_scope, received)
-                await server.run(read, write, server.create_initialization_options())
-                group.cancel_scope.cancel()
+        with _children_stopped_on_signal(received):
+            async with open_gateway(settings, pool=pool) as gateway:
+                server = gateway.server
+                async with anyio.create_task_group() as group:
+                    group.start_soon(_stop_on_signals, group.cancel_scope, received)
+                    await server.run(read, write, server.create_initialization_options())
+                    group.cancel_scope.cancel()
         if received:
             signal.signal(received[0], signal.SIG_DFL)
             signal.raise_signal(received[0])
+
+
+@contextmanager
+def _children_stopped_on_signal(received: list[int]) -> Generator[None]:
+    """While shutting down (outside ``_stop_on_signals``), a signal stops the children at once.
+
+    Without this, SIGTERM during the orderly stop would end PML by its default action and a
+    busy upstream child, which ignores its closed stdin, could outlive PML.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(number: int, _frame: object) -> None:
+        terminate_children()
+        if number not in received:
+            received.append(number)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 async def _stop_on_signals(scope: anyio.CancelScope, received: list[int]) -> None:
@@ -252,6 +278,7 @@ async def _stop_on_signals(scope: anyio.CancelScope, received: list[int]) -> Non
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for number in signals:
             logger.warning("received %s: stopping", signal.Signals(number).name)
+            terminate_children()
             received.append(number)
             scope.cancel()
             return
