@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
+from clisupport import assert_one_line_error, isolate_cli
 from pml.cli.app import app
 from pml.registry.models import CapabilityRecord
 from pml.registry.scope import Scope
@@ -49,13 +50,7 @@ class Cli:
 
 @pytest.fixture
 def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Cli:
-    for key in [key for key in os.environ if key.startswith("PML_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))  # never the real default DB
-    monkeypatch.setenv("COLUMNS", "200")
-    workdir = tmp_path / "work"
-    workdir.mkdir()
-    monkeypatch.chdir(workdir)  # no stray ./pml.toml
+    workdir = isolate_cli(tmp_path, monkeypatch)
     return Cli(url=f"sqlite:///{tmp_path / 'pml.db'}", workdir=workdir)
 
 
@@ -71,16 +66,6 @@ def seed(url: str, *drafts: CapabilityDraft) -> list[CapabilityRecord]:
             await db.close()
 
     return asyncio.run(body())
-
-
-def assert_one_line_error(result: Result, code: str) -> str:
-    assert result.exit_code == 1
-    assert isinstance(result.exception, SystemExit)
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith(f"error: {code}: ")
-    assert "Traceback" not in result.stdout + result.stderr
-    return lines[0]
 
 
 def test_help_lists_the_command_groups(cli: Cli) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 import typer
 from typer.testing import CliRunner, Result
 
+from clisupport import assert_one_line_error, isolate_cli
 from pml.cli import keys_cmd
 from pml.gateway.keys import ApiKeys
 from pml.registry.scope import Scope
@@ -48,13 +48,8 @@ class Cli:
 
 @pytest.fixture
 def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Cli:
-    for key in [key for key in os.environ if key.startswith("PML_")]:
-        monkeypatch.delenv(key)
+    isolate_cli(tmp_path, monkeypatch)
     monkeypatch.setenv("PML_CONFIG", "")
-    monkeypatch.setenv("COLUMNS", "200")
-    workdir = tmp_path / "work"
-    workdir.mkdir()
-    monkeypatch.chdir(workdir)  # no stray ./pml.toml
     return Cli(url=f"sqlite:///{tmp_path / 'pml.db'}")
 
 
@@ -67,16 +62,6 @@ def authenticate(url: str, key: str) -> Scope | None:
             await db.close()
 
     return asyncio.run(body())
-
-
-def assert_one_line_error(result: Result, code: str) -> str:
-    assert result.exit_code == 1
-    assert isinstance(result.exception, SystemExit)
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith(f"error: {code}: ")
-    assert "Traceback" not in result.stdout + result.stderr
-    return lines[0]
 
 
 def test_create_json_gives_exactly_key_org_project_user_and_id(cli: Cli) -> None:
