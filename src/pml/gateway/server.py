@@ -242,6 +242,12 @@ async def serve_stdio(settings: Settings, *, pool: UpstreamPool | None = None) -
                     group.start_soon(_stop_on_signals, group.cancel_scope, received)
                     await server.run(read, write, server.create_initialization_options())
                     group.cancel_scope.cancel()
+        # Backstop: every upstream session is closed by now, so any child still alive would
+        # outlive PML (the SDK's shielded clean-up can be cut short by asyncio's final
+        # cancellation of leftover tasks).
+        leftover = terminate_children(signal.SIGKILL)
+        if leftover:
+            logger.warning("killed %d upstream process(es) left after shutdown", len(leftover))
         if received:
             signal.signal(received[0], signal.SIG_DFL)
             signal.raise_signal(received[0])
