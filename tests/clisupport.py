@@ -3,10 +3,28 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Annotated
 
 import pytest
+import typer
 from typer.testing import Result
+
+
+def sub_app(register: Callable[[typer.Typer], None]) -> typer.Typer:
+    """A stand-in ``pml`` root (with its ``--config`` option) holding one command group."""
+    app = typer.Typer()
+
+    @app.callback()
+    def root(  # pyright: ignore[reportUnusedFunction]
+        ctx: typer.Context,
+        config: Annotated[Path | None, typer.Option("--config")] = None,
+    ) -> None:
+        ctx.obj = {"config": config}
+
+    register(app)
+    return app
 
 
 def isolate_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

@@ -6,29 +6,19 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Annotated
 
 import pytest
 import typer
 from typer.testing import CliRunner, Result
 
+from clisupport import sub_app
 from pml.cli import init_cmd
 from pml.config import ServerSettings, default_database_url, import_mcp_servers, load_settings
 from samples import CLAUDE_CODE, CLAUDE_DESKTOP, CURSOR, write_json
 
 
 def make_app() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def root(  # pyright: ignore[reportUnusedFunction]
-        ctx: typer.Context,
-        config: Annotated[Path | None, typer.Option("--config")] = None,
-    ) -> None:
-        ctx.obj = {"config": config}
-
-    init_cmd.register(app)
-    return app
+    return sub_app(init_cmd.register)
 
 
 def run(*args: str) -> Result:

@@ -8,16 +8,18 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import anyio
 import pytest
 import typer
 from typer.testing import CliRunner, Result
 
+from clisupport import sub_app
 from pml.cli import serve_cmd
 from pml.cli.serve_cmd import parse_host_port
 from pml.errors import InvalidInput
+from upstream.helpers import processes_with
 
 HERE = Path(__file__).parent
 SRC = HERE.parents[1] / "src"
@@ -46,17 +48,7 @@ anyio.run(lambda: serve_stdio(settings, pool=pool))
 
 
 def make_app() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def root(  # pyright: ignore[reportUnusedFunction]
-        ctx: typer.Context,
-        config: Annotated[Path | None, typer.Option("--config")] = None,
-    ) -> None:
-        ctx.obj = {"config": config}
-
-    serve_cmd.register(app)
-    return app
+    return sub_app(serve_cmd.register)
 
 
 def run(tmp_path: Path, *args: str) -> Result:
@@ -220,19 +212,3 @@ async def test_pml_serve_stdio_runs_the_configured_servers_for_a_real_client(
     assert "cap_list" in names
     assert pong.is_error is False
     assert processes_with(str(script)) == []  # the gateway stopped its upstream child
-
-
-def processes_with(marker: str) -> list[int]:
-    """Live processes (not zombies) whose command line contains ``marker``."""
-    found: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue  # gone meanwhile
-        if marker in cmdline and state != "Z":
-            found.append(int(entry.name))
-    return found
