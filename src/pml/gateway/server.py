@@ -12,6 +12,7 @@ request (stdio, in-process) it is the configured ``[scope]``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import shlex
 import signal
@@ -229,45 +230,55 @@ def default_pool(settings: Settings, db: Database) -> UpstreamPool:
 async def serve_stdio(settings: Settings, *, pool: UpstreamPool | None = None) -> None:
     """Serve over this process's stdin/stdout until the client leaves or SIGTERM/SIGINT.
 
-    On a signal the gateway closes (upstream children stopped, database closed), then the
-    process ends by that signal: the thread reading stdin cannot be interrupted otherwise.
+    On a signal the upstream children are signalled at once and the gateway closes (sessions
+    stopped, database closed); then the process ends by that signal: the thread reading
+    stdin cannot be interrupted otherwise.
     """
     received: list[int] = []
     # stdout is claimed first: whatever start-up prints (migrations, children) goes to stderr.
+    serving = anyio.CancelScope()  # a signal cancels the serving, never the orderly stop
     async with stdio_server() as (read, write):
-        with _children_stopped_on_signal(received):
+        with _signals_stop_children(received, serving):
             async with open_gateway(settings, pool=pool) as gateway:
                 server = gateway.server
-                async with anyio.create_task_group() as group:
-                    group.start_soon(_stop_on_signals, group.cancel_scope, received)
+                with serving:
                     await server.run(read, write, server.create_initialization_options())
-                    group.cancel_scope.cancel()
-        # Backstop: every upstream session is closed by now, so any child still alive would
-        # outlive PML (the SDK's shielded clean-up can be cut short by asyncio's final
-        # cancellation of leftover tasks).
-        leftover = terminate_children(signal.SIGKILL)
-        if leftover:
-            logger.warning("killed %d upstream process(es) left after shutdown", len(leftover))
-        if received:
-            signal.signal(received[0], signal.SIG_DFL)
-            signal.raise_signal(received[0])
+            # Backstop: every upstream session is closed by now, so any child still alive
+            # would outlive PML (the SDK's shielded clean-up can be cut short by asyncio's
+            # final cancellation of leftover tasks).
+            leftover = terminate_children(signal.SIGKILL)
+            if leftover:
+                logger.warning("killed %d upstream process(es) left after shutdown", len(leftover))
+    if received:
+        signal.signal(received[0], signal.SIG_DFL)
+        signal.raise_signal(received[0])
 
 
 @contextmanager
-def _children_stopped_on_signal(received: list[int]) -> Generator[None]:
-    """While shutting down (outside ``_stop_on_signals``), a signal stops the children at once.
+def _signals_stop_children(received: list[int], scope: anyio.CancelScope) -> Generator[None]:
+    """From start to the end of shutdown, SIGTERM/SIGINT signal the children and cancel ``scope``.
 
-    Without this, SIGTERM during the orderly stop would end PML by its default action and a
-    busy upstream child, which ignores its closed stdin, could outlive PML.
+    One handler for the whole serve: a busy upstream child ignores its closed stdin, so
+    whenever PML is told to stop (also halfway through its orderly stop, when its parent's
+    patience may already be running out) the children are signalled first, in the handler
+    itself, before anything can end PML. The handler stays installed until the backstop
+    sweep has run (asyncio's own signal handling restores the default action when its
+    receiver closes, which would let a late SIGTERM end PML with children still running).
     """
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield  # signals reach the main thread only
         return
+    loop = asyncio.get_running_loop()
+
+    def stop(number: int) -> None:
+        logger.warning("received %s: stopping", signal.Signals(number).name)
+        scope.cancel()
 
     def handler(number: int, _frame: object) -> None:
         terminate_children()
         if number not in received:
             received.append(number)
+            loop.call_soon_threadsafe(stop, number)
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -275,16 +286,3 @@ def _children_stopped_on_signal(received: list[int]) -> Generator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
-
-
-async def _stop_on_signals(scope: anyio.CancelScope, received: list[int]) -> None:
-    """Turn SIGTERM/SIGINT into cancelling ``scope``, so the pool still stops its children."""
-    if threading.current_thread() is not threading.main_thread():
-        return  # signals reach the main thread only
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for number in signals:
-            logger.warning("received %s: stopping", signal.Signals(number).name)
-            terminate_children()
-            received.append(number)
-            scope.cancel()
-            return
