@@ -249,9 +249,9 @@ async def serve_stdio(settings: Settings, *, pool: UpstreamPool | None = None) -
             leftover = terminate_children(signal.SIGKILL)
             if leftover:
                 logger.warning("killed %d upstream process(es) left after shutdown", len(leftover))
-    if received:
-        signal.signal(received[0], signal.SIG_DFL)
-        signal.raise_signal(received[0])
+        if received:  # before leaving stdio_server, which would wait for the stdin reader
+            signal.signal(received[0], signal.SIG_DFL)
+            signal.raise_signal(received[0])
 
 
 @contextmanager
