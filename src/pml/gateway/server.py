@@ -18,7 +18,7 @@ import shlex
 import signal
 import threading
 import weakref
-from collections.abc import AsyncGenerator, Generator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +36,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pml import __version__
 from pml.config import Settings
 from pml.errors import PmlError, Unauthorized
+from pml.gateway.fast_lane import PassThroughLane
+from pml.gateway.stdio import claim_stdio, serve_on_pipes
 from pml.gateway.tools import GatewayTools, error_result
 from pml.registry.routing import server_routing
 from pml.registry.scope import Scope
@@ -230,28 +232,56 @@ def default_pool(settings: Settings, db: Database) -> UpstreamPool:
 async def serve_stdio(settings: Settings, *, pool: UpstreamPool | None = None) -> None:
     """Serve over this process's stdin/stdout until the client leaves or SIGTERM/SIGINT.
 
-    On a signal the upstream children are signalled at once and the gateway closes (sessions
-    stopped, database closed); then the process ends by that signal: the thread reading
-    stdin cannot be interrupted otherwise.
+    Pipes (what MCP clients give) are served on the event loop with the pass-through fast
+    lane; a terminal or a file falls back to the SDK's threaded stdio transport. On a signal
+    the upstream children are signalled at once and the gateway closes (sessions stopped,
+    database closed); then the process ends by that signal.
     """
-    received: list[int] = []
     # stdout is claimed first: whatever start-up prints (migrations, children) goes to stderr.
-    serving = anyio.CancelScope()  # a signal cancels the serving, never the orderly stop
+    async with claim_stdio() as pipes:
+        if pipes is not None:
+
+            async def on_pipes(gateway: Gateway) -> None:
+                lane = PassThroughLane(
+                    gateway.tools,
+                    gateway.default_scope,
+                    server_info=gateway.server.server_info_stamp,
+                    write=pipes.write_line,
+                )
+                await serve_on_pipes(gateway.server, pipes, lane=lane)
+
+            await _serve_until_stopped(settings, pool, on_pipes)
+            return
     async with stdio_server() as (read, write):
-        with _signals_stop_children(received, serving):
-            async with open_gateway(settings, pool=pool) as gateway:
-                server = gateway.server
-                with serving:
-                    await server.run(read, write, server.create_initialization_options())
-            # Backstop: every upstream session is closed by now, so any child still alive
-            # would outlive PML (the SDK's shielded clean-up can be cut short by asyncio's
-            # final cancellation of leftover tasks).
-            leftover = terminate_children(signal.SIGKILL)
-            if leftover:
-                logger.warning("killed %d upstream process(es) left after shutdown", len(leftover))
-        if received:  # before leaving stdio_server, which would wait for the stdin reader
-            signal.signal(received[0], signal.SIG_DFL)
-            signal.raise_signal(received[0])
+
+        async def on_sdk_streams(gateway: Gateway) -> None:
+            server = gateway.server
+            await server.run(read, write, server.create_initialization_options())
+
+        # Ends by the signal (if any) inside: leaving stdio_server waits for its stdin reader.
+        await _serve_until_stopped(settings, pool, on_sdk_streams)
+
+
+async def _serve_until_stopped(
+    settings: Settings,
+    pool: UpstreamPool | None,
+    serve: Callable[[Gateway], Awaitable[None]],
+) -> None:
+    received: list[int] = []
+    serving = anyio.CancelScope()  # a signal cancels the serving, never the orderly stop
+    with _signals_stop_children(received, serving):
+        async with open_gateway(settings, pool=pool) as gateway:
+            with serving:
+                await serve(gateway)
+        # Backstop: every upstream session is closed by now, so any child still alive would
+        # outlive PML (the SDK's shielded clean-up can be cut short by asyncio's final
+        # cancellation of leftover tasks).
+        leftover = terminate_children(signal.SIGKILL)
+        if leftover:
+            logger.warning("killed %d upstream process(es) left after shutdown", len(leftover))
+    if received:
+        signal.signal(received[0], signal.SIG_DFL)
+        signal.raise_signal(received[0])
 
 
 @contextmanager

@@ -95,6 +95,28 @@ class GatewayTools:
             logger.exception("tool %s failed unexpectedly", message_value(name))
             return error_result(InternalError("Internal error while running the tool"))
 
+    def pass_through_target(self, name: str) -> tuple[str, str] | None:
+        """``(server, tool)`` of a listed ``server__tool`` name, from what is known now (no I/O)."""
+        found = self._pass_through.get(name) if self._expose_upstream else None
+        return None if found is None else (found.server, found.name)
+
+    async def call_pass_through(
+        self, scope: Scope, server: str, tool: str, arguments: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        """A pass-through call whose result stays the upstream's JSON object (fast lane).
+
+        Same gate and errors as ``call_tool``: a failure is an ``isError`` result, never a raise.
+        """
+        del scope  # every caller may use the listed upstream tools (until the policy gate)
+        try:
+            return await self._pool.call_tool_raw(server, tool, arguments)
+        except PmlError as error:
+            failure = error_result(error)
+        except Exception:  # the MCP edge: one broken call must not take the server down
+            logger.exception("tool %s:%s failed unexpectedly", server, message_value(tool))
+            failure = error_result(InternalError("Internal error while running the tool"))
+        return failure.model_dump(mode="json", by_alias=True, exclude_none=True)
+
     async def _call(
         self, scope: Scope, name: str, arguments: Mapping[str, Any] | None
     ) -> mcp_types.CallToolResult:

@@ -98,6 +98,20 @@ class UpstreamPool(Protocol):
         """
         ...
 
+    async def call_tool_raw(
+        self,
+        server: str,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> dict[str, Any]:
+        """``call_tool``, with the result as the server's JSON object (no model round trip).
+
+        The pass-through fast lane uses it to hand the upstream result on as it came.
+        """
+        ...
+
     def status(self) -> list[ServerStatus]:
         """One entry per configured server, sorted by name."""
         ...

@@ -23,14 +23,14 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import Any, Final, TypeVar
 
 import anyio
 import anyio.abc
 import mcp_types
 from mcp.shared.exceptions import MCPError
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import PydanticSerializationError
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -57,6 +57,27 @@ from pml.upstream.session import ConnectionHooks, Run
 from pml.upstream.transport import UpstreamTarget
 
 logger = logging.getLogger(__name__)
+
+_Result = TypeVar("_Result")
+
+
+class _RawResult(BaseModel):
+    """A result kept as the server's JSON object (the SDK still checks it against the protocol)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+async def _typed_call(run: Run, tool: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
+    return await run.client.call_tool(tool, arguments)
+
+
+async def _raw_call(run: Run, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    request = mcp_types.CallToolRequest(
+        params=mcp_types.CallToolRequestParams(name=tool, arguments=arguments)
+    )
+    result = await run.client.session.send_request(request, _RawResult)
+    return dict(result.model_extra or {})
+
 
 STOP_GRACE_S: Final = 10.0  # then sessions still closing are cancelled (stdio still kills)
 REPORT_INTERVAL_S: Final = 5.0  # how often call latencies reach the status table
@@ -190,6 +211,27 @@ class ClientPool:
         timeout_s: float | None = None,
     ) -> mcp_types.CallToolResult:
         """Call one tool and return the server's result unchanged (see ``UpstreamPool``)."""
+        return await self._call(server, tool, arguments, timeout_s, _typed_call)
+
+    async def call_tool_raw(
+        self,
+        server: str,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> dict[str, Any]:
+        """``call_tool`` returning the result as the server's JSON object (see ``UpstreamPool``)."""
+        return await self._call(server, tool, arguments, timeout_s, _raw_call)
+
+    async def _call(
+        self,
+        server: str,
+        tool: str,
+        arguments: Mapping[str, Any] | None,
+        timeout_s: float | None,
+        send: Callable[[Run, str, dict[str, Any]], Awaitable[_Result]],
+    ) -> _Result:
         conn = self._connections.get(server) if _is_text(server) else None
         if conn is None:
             raise unknown_server(server, list(self._connections))
@@ -207,7 +249,7 @@ class ClientPool:
             started = time.perf_counter()
             try:
                 with anyio.fail_after(timeout):
-                    result = await run.client.call_tool(tool, args)
+                    result = await send(run, tool, args)
             except TimeoutError:
                 raise ExecutionTimeout(
                     f"Upstream tool {server}:{show(tool)} did not answer within {timeout:g} s",

@@ -1,0 +1,224 @@
+"""The pass-through fast lane: ``server__tool`` calls answered without the SDK's dispatcher.
+
+    lane = PassThroughLane(tools, scope, server_info=server.server_info_stamp,
+                           write=pipes.write_line)
+    await serve_on_pipes(server, pipes, lane=lane)
+
+A plain ``tools/call`` of a listed pass-through tool is the gateway's hot path. The lane
+reads it from the raw line, calls the upstream through ``GatewayTools.call_pass_through``
+(the same gate and errors as every other tool call) and writes the upstream result back,
+shaped for the client's protocol version by the SDK's own result surface — what the SDK
+server would have sent, minus its per-request machinery.
+
+Anything else goes to the SDK server untouched: the opening request (it decides the
+protocol generation), any request before a 2025-11-25 session is initialised, requests the
+2026-07-28 envelope check refuses, progress tokens or other ``_meta``, unknown tools, ids
+already in flight. ``notifications/cancelled`` for a request of the lane cancels it (and,
+as the protocol asks, nothing is answered).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Literal, cast
+
+import anyio
+import anyio.abc
+import mcp_types
+from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
+from mcp_types import methods as sdk_methods
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+
+from pml.gateway.tools import GatewayTools
+from pml.registry.scope import Scope
+
+logger = logging.getLogger(__name__)
+
+ENVELOPE_KEYS: Final = frozenset(
+    {
+        mcp_types.PROTOCOL_VERSION_META_KEY,
+        mcp_types.CLIENT_INFO_META_KEY,
+        mcp_types.CLIENT_CAPABILITIES_META_KEY,
+    }
+)
+_CALL_MARK: Final = b'"tools/call"'
+_CANCEL_MARK: Final = b'"notifications/cancelled"'
+
+Era = Literal["opening", "handshake", "session", "modern"]
+RequestId = int | str
+
+
+class PassThroughLane:
+    """Answers plain pass-through ``tools/call`` lines of one stdio connection (see module)."""
+
+    def __init__(
+        self,
+        tools: GatewayTools,
+        scope: Scope,
+        *,
+        server_info: Mapping[str, Any],
+        write: Callable[[bytes], None],
+    ) -> None:
+        self._tools = tools
+        self._scope = scope
+        self._server_info = dict(server_info)
+        self._write = write
+        self._era: Era = "opening"
+        self._initialize_id: RequestId | None = None
+        self._session_version: str | None = None
+        self._in_flight: dict[RequestId, anyio.CancelScope] = {}
+
+    def take(self, line: bytes, tasks: anyio.abc.TaskGroup) -> bool:
+        """Whether the lane answers ``line`` (in a task of ``tasks``); else the server does."""
+        if self._era in ("opening", "handshake"):
+            self._watch_opening(line)
+            return False
+        if _CALL_MARK in line:
+            return self._take_call(line, tasks)
+        if _CANCEL_MARK in line and self._in_flight:
+            return self._take_cancel(line)
+        return False
+
+    def sent(self, message: mcp_types.JSONRPCMessage) -> None:
+        """Learn the session's version from the server's answer to ``initialize``."""
+        if (
+            self._era == "handshake"
+            and isinstance(message, mcp_types.JSONRPCResponse)
+            and message.id == self._initialize_id
+        ):
+            version = message.result.get("protocolVersion")
+            if isinstance(version, str):
+                self._session_version = version
+                self._era = "session"
+
+    # -- what the lane accepts ------------------------------------------------------------------
+
+    def _watch_opening(self, line: bytes) -> None:
+        """The first request decides the generation, as in the SDK's server runner."""
+        message = _json_object(line)
+        if message is None or not isinstance(message.get("method"), str) or "id" not in message:
+            return  # notifications and noise before the first request decide nothing
+        if self._era == "handshake":
+            return  # a second request while the handshake is pending: still the server's
+        if message["method"] == "initialize":
+            self._era = "handshake"
+            self._initialize_id = _request_id(message)
+        else:
+            self._era = "modern"
+
+    def _take_call(self, line: bytes, tasks: anyio.abc.TaskGroup) -> bool:
+        message = _json_object(line)
+        if (
+            message is None
+            or message.get("jsonrpc") != "2.0"
+            or message.get("method") != "tools/call"
+        ):
+            return False
+        request_id = _request_id(message)
+        params = message.get("params")
+        if request_id is None or request_id in self._in_flight or not isinstance(params, dict):
+            return False
+        version = self._version_of(message, params)  # pyright: ignore[reportUnknownArgumentType]
+        name, arguments = params.get("name"), params.get("arguments")  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+        if (
+            version is None
+            or not isinstance(name, str)
+            or not (arguments is None or isinstance(arguments, dict))
+            or not set(params).issubset({"name", "arguments", "_meta"})  # pyright: ignore[reportUnknownArgumentType]
+        ):
+            return False
+        target = self._tools.pass_through_target(name)
+        if target is None:
+            return False
+        call_arguments = cast("dict[str, Any] | None", arguments)
+        scope = anyio.CancelScope()
+        self._in_flight[request_id] = scope
+        tasks.start_soon(self._answer, request_id, version, target, call_arguments, scope)
+        return True
+
+    def _version_of(self, message: dict[str, Any], params: dict[str, Any]) -> str | None:
+        """The request's protocol version, or ``None`` when the server must see it."""
+        meta = params.get("_meta")
+        if self._era == "session":
+            return self._session_version if meta is None else None
+        if not isinstance(meta, dict) or not set(meta).issubset(ENVELOPE_KEYS):  # pyright: ignore[reportUnknownArgumentType]
+            return None
+        route = classify_inbound_request(message)
+        if isinstance(route, InboundLadderRejection):
+            return None
+        return route.protocol_version
+
+    def _take_cancel(self, line: bytes) -> bool:
+        message = _json_object(line)
+        if message is None or message.get("method") != "notifications/cancelled":
+            return False
+        params = message.get("params")
+        request_id = params.get("requestId") if isinstance(params, dict) else None  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+        scope = self._in_flight.get(request_id) if isinstance(request_id, int | str) else None
+        if scope is None:
+            return False
+        scope.cancel()
+        return True
+
+    # -- the answer -----------------------------------------------------------------------------
+
+    async def _answer(
+        self,
+        request_id: RequestId,
+        version: str,
+        target: tuple[str, str],
+        arguments: dict[str, Any] | None,
+        scope: anyio.CancelScope,
+    ) -> None:
+        try:
+            result: dict[str, Any] | None = None
+            with scope:
+                server, tool = target
+                result = await self._tools.call_pass_through(self._scope, server, tool, arguments)
+            if result is not None:  # a cancelled request is not answered
+                self._write(self._response(request_id, version, result))
+        finally:
+            self._in_flight.pop(request_id, None)
+
+    def _response(self, request_id: RequestId, version: str, result: dict[str, Any]) -> bytes:
+        modern = version in MODERN_PROTOCOL_VERSIONS
+        if modern and "resultType" not in result:  # a 2025 upstream's results are complete
+            result = {**result, "resultType": "complete"}
+        try:
+            shaped = sdk_methods.serialize_server_result("tools/call", version, result)
+        except (ValidationError, ValueError, KeyError):
+            logger.exception("upstream result not valid for protocol %s", version)
+            error = {
+                "code": mcp_types.INTERNAL_ERROR,
+                "message": "Handler returned an invalid result",
+            }
+            return _dump({"jsonrpc": "2.0", "id": request_id, "error": error})
+        if modern:
+            meta = shaped.get("_meta")
+            if not isinstance(meta, dict):
+                shaped["_meta"] = {mcp_types.SERVER_INFO_META_KEY: dict(self._server_info)}
+            elif meta.get(mcp_types.SERVER_INFO_META_KEY) is None:  # pyright: ignore[reportUnknownMemberType]
+                shaped["_meta"] = {**meta, mcp_types.SERVER_INFO_META_KEY: dict(self._server_info)}
+        return _dump({"jsonrpc": "2.0", "id": request_id, "result": shaped})
+
+
+def _json_object(line: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None  # pyright: ignore[reportUnknownVariableType]
+
+
+def _request_id(message: Mapping[str, Any]) -> RequestId | None:
+    value = message.get("id")
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return None
+    return value
+
+
+def _dump(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()

@@ -1,0 +1,193 @@
+"""``pml serve --stdio``'s transport: the protocol on stdin/stdout as asyncio pipes.
+
+    async with claim_stdio() as pipes:            # None when stdin/stdout are not pipes
+        if pipes is not None:
+            await serve_on_pipes(server, pipes, lane=lane)
+
+The SDK's stdio server reads and writes through worker threads (one hand-off per line read
+and per line written). A gateway sits on the hot path of every tool call, so here stdin and
+stdout are non-blocking pipes on the event loop, and each line is offered first to a
+``Lane`` (the pass-through fast lane), which may answer it itself; every other line is
+parsed and handed to the SDK server exactly as its own stdio transport would.
+
+Like the SDK, serving claims the descriptors: fd 0 reads the null device and fd 1 writes to
+stderr while the protocol owns private duplicates, so nothing a handler or a child prints
+can corrupt the wire. Both are restored (and set back to blocking) on exit. Terminals and
+files are left to the SDK's threaded transport (``claim_stdio`` yields ``None``): making a
+terminal non-blocking would outlive PML in the user's shell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import stat
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+import anyio
+import anyio.abc
+import mcp_types
+from mcp.server import Server
+from mcp.shared.message import SessionMessage
+
+logger = logging.getLogger(__name__)
+
+# The longest protocol line accepted (a base64 image, a large file): beyond it the line is
+# skipped and reported as a parse error, never buffered without bound.
+MAX_LINE_BYTES: Final = 64 * 1024 * 1024
+
+
+class Lane(Protocol):
+    """A fast path for some incoming lines (see ``pml.gateway.fast_lane``)."""
+
+    def take(self, line: bytes, tasks: anyio.abc.TaskGroup) -> bool:
+        """Whether ``line`` is answered by the lane (in a task of ``tasks``), not the server."""
+        ...
+
+    def sent(self, message: mcp_types.JSONRPCMessage) -> None:
+        """Called with each message the server writes (the lane learns the session's era)."""
+        ...
+
+
+@dataclass(slots=True)
+class Pipes:
+    """The protocol's ends of stdin and stdout, on the running event loop."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+
+    def write_line(self, data: bytes) -> None:
+        """Queue one protocol line (``data`` without its newline); never blocks."""
+        self.writer.write(data + b"\n")
+
+
+def _is_pipe(fd: int) -> bool:
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+@asynccontextmanager
+async def claim_stdio(stdin_fd: int = 0, stdout_fd: int = 1) -> AsyncGenerator[Pipes | None]:
+    """Own the two descriptors for the protocol while the block runs (``None``: not pipes)."""
+    if not (_is_pipe(stdin_fd) and _is_pipe(stdout_fd)):
+        yield None
+        return
+    wire_in = fcntl.fcntl(stdin_fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    wire_out = fcntl.fcntl(stdout_fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    _divert(stdin_fd, os.open(os.devnull, os.O_RDONLY))
+    _divert(stdout_fd, os.dup(2))
+    try:
+        async with open_pipes(wire_in, wire_out) as pipes:
+            yield pipes
+    finally:
+        for fd, wire in ((stdin_fd, wire_in), (stdout_fd, wire_out)):
+            with suppress(OSError):
+                os.dup2(wire, fd)
+                os.set_blocking(fd, True)
+            with suppress(OSError):
+                os.close(wire)
+
+
+def _divert(fd: int, target: int) -> None:
+    try:
+        os.dup2(target, fd)
+    finally:
+        os.close(target)
+
+
+@asynccontextmanager
+async def open_pipes(read_fd: int, write_fd: int) -> AsyncGenerator[Pipes]:
+    """Asyncio streams over two pipe descriptors (duplicated: the caller keeps its own)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
+    read_file = os.fdopen(os.dup(read_fd), "rb", buffering=0)
+    write_file = os.fdopen(os.dup(write_fd), "wb", buffering=0)
+    read_transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), read_file
+    )
+    write_transport, write_protocol = await loop.connect_write_pipe(
+        asyncio.streams.FlowControlMixin, write_file
+    )
+    writer = asyncio.StreamWriter(write_transport, write_protocol, reader, loop)
+    try:
+        yield Pipes(reader, writer)
+    finally:
+        read_transport.close()
+        with suppress(OSError, ConnectionError):
+            await asyncio.wait_for(writer.drain(), timeout=1.0)
+        write_transport.close()
+
+
+async def serve_on_pipes(
+    server: Server[Any],
+    pipes: Pipes,
+    *,
+    lane: Lane | None = None,
+) -> None:
+    """Run ``server`` on ``pipes`` until the client closes stdin (or the caller cancels)."""
+    to_server, server_reads = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    server_writes, from_server = anyio.create_memory_object_stream[SessionMessage](0)
+
+    async def read_lines(tasks: anyio.abc.TaskGroup) -> None:
+        async with to_server:
+            while (line := await _read_line(pipes.reader)) is not None:
+                if isinstance(line, Exception):
+                    await to_server.send(line)
+                    continue
+                if lane is not None and lane.take(line, tasks):
+                    continue
+                try:
+                    message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                except Exception as error:  # noqa: BLE001 - the SDK answers a parse error itself
+                    await to_server.send(error)
+                    continue
+                await to_server.send(SessionMessage(message))
+
+    async def write_lines() -> None:
+        async with from_server:
+            async for outgoing in from_server:
+                message = outgoing.message
+                if lane is not None:
+                    lane.sent(message)
+                pipes.write_line(
+                    message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+                )
+                await pipes.writer.drain()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(write_lines)
+        tasks.start_soon(read_lines, tasks)
+        await server.run(server_reads, server_writes, server.create_initialization_options())
+        tasks.cancel_scope.cancel()
+
+
+async def _read_line(reader: asyncio.StreamReader) -> bytes | Exception | None:
+    """The next line (without its newline), a too-long-line error, or ``None`` at the end."""
+    try:
+        line = await reader.readuntil(b"\n")
+    except asyncio.IncompleteReadError as end:
+        return end.partial or None
+    except asyncio.LimitOverrunError as overrun:
+        await _skip_line(reader, overrun.consumed)
+        return ValueError(f"a protocol line exceeded {MAX_LINE_BYTES} bytes and was skipped")
+    return line[:-1]
+
+
+async def _skip_line(reader: asyncio.StreamReader, consumed: int) -> None:
+    await reader.readexactly(consumed)
+    while True:
+        try:
+            await reader.readuntil(b"\n")
+            return
+        except asyncio.LimitOverrunError as overrun:
+            await reader.readexactly(overrun.consumed)
+        except asyncio.IncompleteReadError:
+            return
