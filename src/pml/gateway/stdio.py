@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import json
 import logging
 import os
 import stat
@@ -34,6 +35,7 @@ import anyio.abc
 import mcp_types
 from mcp.server import Server
 from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
 
 logger = logging.getLogger(__name__)
 
@@ -139,15 +141,20 @@ async def serve_on_pipes(
     async def read_lines(tasks: anyio.abc.TaskGroup) -> None:
         async with to_server:
             while (line := await _read_line(pipes.reader)) is not None:
-                if isinstance(line, Exception):
-                    await to_server.send(line)
+                if isinstance(line, _Overlong):
+                    pipes.write_line(_error_line(mcp_types.PARSE_ERROR, str(line)))
                     continue
                 if lane is not None and lane.take(line, tasks):
                     continue
                 try:
                     message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-                except Exception as error:  # noqa: BLE001 - the SDK answers a parse error itself
-                    await to_server.send(error)
+                except ValueError as error:  # JSON-RPC asks for an answer, the SDK gives none
+                    pipes.write_line(_malformed_answer(line, error))
+                    continue
+                if isinstance(message, mcp_types.JSONRPCNotification) and _has_id(line):
+                    # An id the SDK could not take (``true``, ``1.5``, ``null``) made the
+                    # request pass for a notification, which nobody would ever answer.
+                    pipes.write_line(_malformed_answer(line, ValueError("invalid id")))
                     continue
                 await to_server.send(SessionMessage(message))
 
@@ -169,15 +176,19 @@ async def serve_on_pipes(
         tasks.cancel_scope.cancel()
 
 
-async def _read_line(reader: asyncio.StreamReader) -> bytes | Exception | None:
-    """The next line (without its newline), a too-long-line error, or ``None`` at the end."""
+class _Overlong(ValueError):
+    """A line longer than ``MAX_LINE_BYTES`` (skipped)."""
+
+
+async def _read_line(reader: asyncio.StreamReader) -> bytes | _Overlong | None:
+    """The next line (without its newline), an over-long line's error, or ``None`` at the end."""
     try:
         line = await reader.readuntil(b"\n")
     except asyncio.IncompleteReadError as end:
         return end.partial or None
     except asyncio.LimitOverrunError as overrun:
         await _skip_line(reader, overrun.consumed)
-        return ValueError(f"a protocol line exceeded {MAX_LINE_BYTES} bytes and was skipped")
+        return _Overlong(f"Parse error: a message over {MAX_LINE_BYTES} bytes was skipped")
     return line[:-1]
 
 
@@ -191,3 +202,34 @@ async def _skip_line(reader: asyncio.StreamReader, consumed: int) -> None:
             await reader.readexactly(overrun.consumed)
         except asyncio.IncompleteReadError:
             return
+
+
+def _malformed_answer(line: bytes, error: ValueError) -> bytes:
+    """JSON-RPC's answer to a line that is not JSON (parse error) or not a message."""
+    try:
+        value: object = json.loads(line)
+    except ValueError:
+        logger.warning("stdio: a line that is not JSON was answered with a parse error")
+        return _error_line(mcp_types.PARSE_ERROR, "Parse error: the message is not JSON")
+    request_id = value.get("id") if isinstance(value, dict) else None  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+    if isinstance(request_id, bool) or not isinstance(request_id, int | str):
+        request_id = None
+    detail = error.errors()[0]["msg"] if isinstance(error, ValidationError) else str(error)
+    logger.warning("stdio: an invalid JSON-RPC message was refused: %s", detail)
+    return _error_line(
+        mcp_types.INVALID_REQUEST,
+        f"Invalid request: not a JSON-RPC 2.0 message ({detail})",
+        request_id,
+    )
+
+
+def _has_id(line: bytes) -> bool:
+    if b'"id"' not in line:
+        return False
+    value: object = json.loads(line)
+    return isinstance(value, dict) and "id" in value
+
+
+def _error_line(code: int, message: str, request_id: int | str | None = None) -> bytes:
+    answer = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+    return json.dumps(answer, ensure_ascii=False).encode()
