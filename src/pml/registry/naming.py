@@ -20,6 +20,7 @@ from typing import cast
 
 from sqlalchemy.exc import IntegrityError
 
+from pml.analysis.code_hash import normalized_code_hash
 from pml.errors import InvalidInput, NameTaken, NotFound, PermissionDenied
 from pml.registry.fqdn import fqdn_candidates, message_value
 from pml.registry.models import CapabilityRecord
@@ -255,3 +256,16 @@ def server_component(name: object) -> str:
         raise InvalidInput("server name must be a non-empty string", field="name")
     # 60, so that the display name ``mcp:<component>`` stays within the 64-character limit.
     return SERVER_UNSAFE.sub("_", name.strip())[:60]
+
+
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def check_code_hash(code: str, given: str | None) -> str:
+    """The identity hash: ``given`` (of the code as written, before a rewrite) or ``code``'s."""
+    if given is None:
+        return normalized_code_hash(code)
+    if not isinstance(given, str) or not _SHA256_HEX.fullmatch(given):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise InvalidInput("code_hash must be 64 lowercase hex characters", field="code_hash")
+    normalized_code_hash(code)  # the stored code must parse too
+    return given

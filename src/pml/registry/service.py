@@ -20,7 +20,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from pml.analysis.code_hash import normalized_code_hash
 from pml.errors import InvalidInput, NotFound
 from pml.registry import naming
 from pml.registry.fqdn import Fqdn, is_fqdn, message_value
@@ -85,6 +84,9 @@ class CapabilityDraft:
     routing: Routing | None = None
     version_tag: str | None = None
     change_summary: str | None = None
+    # The hash of the code as the agent wrote it, when ``code`` is a rewrite of it (literals
+    # lifted into parameters): identity follows what was run. Default: the hash of ``code``.
+    code_hash: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +184,7 @@ class CapabilityRegistry:
         self, scope: Scope, draft: CapabilityDraft, *, latency_ms: float
     ) -> CaptureResult:
         """Record a successful run: the same normalised code in a scope is one capability."""
-        code_hash = normalized_code_hash(draft.code)
+        code_hash = naming.check_code_hash(draft.code, draft.code_hash)
         draft = _checked(draft)
         latency_ms = naming.check_latency(latency_ms)
         name = validate_name(draft.name) if draft.name is not None else None
@@ -218,7 +220,7 @@ class CapabilityRegistry:
         self, scope: Scope, ref: object, draft: CapabilityDraft
     ) -> CapabilityRecord:
         """A new version of an existing capability (same FQDN, version + 1, history kept)."""
-        code_hash = normalized_code_hash(draft.code)
+        code_hash = naming.check_code_hash(draft.code, draft.code_hash)
         draft = _checked(draft)
         tag = check_version_tag(draft.version_tag)
         now = self._clock()
