@@ -272,3 +272,30 @@ async def test_a_bad_latency_is_refused_and_counts_nothing(
     with pytest.raises(InvalidInput):
         await registry.capture(scope, CapabilityDraft(code="return 1"), latency_ms=latency)  # type: ignore[arg-type]
     assert (await registry.resolve(scope, record.fqdn)).record.usage_count == 1
+
+
+async def test_stored_code_rewritten_from_the_run_keeps_the_identity_of_the_code_as_written(
+    registry: CapabilityRegistry, scope: Scope
+) -> None:
+    stored = "text = await mcp.filesystem.read_text_file(path=args['path'])\nreturn text"
+    written = normalized_code_hash(READ)
+    first = await registry.capture(
+        scope, CapabilityDraft(code=stored, code_hash=written), latency_ms=1
+    )
+    again = await registry.capture(scope, CapabilityDraft(code=READ), latency_ms=1)
+    other = await registry.capture(scope, CapabilityDraft(code=stored), latency_ms=1)
+    assert first.record.code == stored
+    assert first.record.code_hash == written
+    assert first.record.fqdn.endswith("." + written[:4])
+    assert not again.created
+    assert again.record.fqdn == first.record.fqdn
+    assert other.created  # the rewrite alone is other code
+
+
+@pytest.mark.parametrize("bad", ["", "abc", "G" * 64, "A" * 64, "0" * 63, "0" * 65])
+async def test_a_malformed_code_hash_is_refused_and_nothing_is_stored(
+    registry: CapabilityRegistry, scope: Scope, bad: str
+) -> None:
+    with pytest.raises(InvalidInput, match="code_hash"):
+        await registry.capture(scope, CapabilityDraft(code=READ, code_hash=bad), latency_ms=1)
+    assert (await registry.counts(scope))["unnamed"] == 0
