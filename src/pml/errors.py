@@ -38,6 +38,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 
@@ -145,3 +146,18 @@ class Unauthorized(PmlError):
 
 class InternalError(PmlError):
     code = "INTERNAL_ERROR"
+
+
+def error_from_dict(data: Mapping[str, Any]) -> PmlError:
+    """The error an error result carried (``to_dict()`` read back; unknown codes: internal)."""
+    code = data.get("code")
+    message = data.get("message")
+    extra = {k: v for k, v in data.items() if k not in ("code", "message")}
+    text = message if isinstance(message, str) else "unknown error"
+    pending: list[type[PmlError]] = [PmlError]
+    while pending:
+        cls = pending.pop()
+        if cls.code == code and cls is not PmlError:
+            return cls(text, **extra)
+        pending.extend(cls.__subclasses__())
+    return InternalError(text, **extra)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from pml.cli import cap_cmd, db_cmd, init_cmd, keys_cmd, serve_cmd, status_cmd
+from pml.cli import cap_cmd, db_cmd, execute_cmd, init_cmd, keys_cmd, serve_cmd, status_cmd
 
 app = typer.Typer(
     name="pml",
@@ -47,6 +47,7 @@ cap_cmd.register(app)
 status_cmd.register(app)
 keys_cmd.register(app)
 serve_cmd.register(app)
+execute_cmd.register(app)
 
 
 # Loggers whose warnings a command already shows in its own output (e.g. alias warnings).

@@ -38,7 +38,7 @@ from pml.config import Settings
 from pml.errors import PmlError, Unauthorized
 from pml.gateway.fast_lane import PassThroughLane
 from pml.gateway.stdio import claim_stdio, serve_on_pipes
-from pml.gateway.tools import GatewayTools, error_result
+from pml.gateway.tools import Executor, GatewayTools, error_result
 from pml.registry.routing import server_routing
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityRegistry
@@ -189,11 +189,15 @@ async def open_gateway(
             await upstream.start()
             default_scope = scope_of(settings)
             await register_servers(registry, settings, default_scope)
-            tools = GatewayTools(
-                CapTools(registry), upstream, expose_upstream=settings.expose_upstream
-            )
-            server = build_server(tools, default_scope=default_scope)
-            yield Gateway(settings, db, registry, upstream, tools, server, default_scope)
+            async with open_executor(settings, db, registry, upstream) as executor:
+                tools = GatewayTools(
+                    CapTools(registry),
+                    upstream,
+                    expose_upstream=settings.expose_upstream,
+                    executor=executor,
+                )
+                server = build_server(tools, default_scope=default_scope)
+                yield Gateway(settings, db, registry, upstream, tools, server, default_scope)
         finally:
             # Not inside a cancel scope of ours: a pool may close task groups it opened in
             # start(), which anyio allows only from the same scope (ClientPool hosts its own).
@@ -219,6 +223,24 @@ async def register_servers(registry: CapabilityRegistry, settings: Settings, sco
             await registry.register_mcp_server(scope, name, code_url=code_url, routing=routing)
         except PmlError as error:
             logger.warning("server %r is not recorded in the registry: %s", name, error.message)
+
+
+@asynccontextmanager
+async def open_executor(
+    settings: Settings, db: Database, registry: CapabilityRegistry, pool: UpstreamPool
+) -> AsyncGenerator[Executor]:
+    """``pml_execute``'s service on the sandbox engine (imported lazily; stopped on exit)."""
+    from pml.execution.service import ExecuteService
+    from pml.sandbox.monty import MontyEngine
+
+    engine = MontyEngine()
+    try:
+        yield ExecuteService(
+            registry=registry, pool=pool, engine=engine, db=db, limits=settings.sandbox
+        )
+    finally:
+        with anyio.CancelScope(shield=True):
+            await engine.aclose()
 
 
 def default_pool(settings: Settings, db: Database) -> UpstreamPool:

@@ -16,7 +16,7 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import mcp_types
 
@@ -34,6 +34,13 @@ SEED_PREFIXES = ("cap:", "pml:")  # the seed spellings cap:list, pml:execute, ..
 
 ToolsChanged = Callable[[], Awaitable[None]]
 
+
+class Executor(Protocol):
+    """What runs ``pml_execute`` (``pml.execution.service.ExecuteService``)."""
+
+    async def execute(self, scope: Scope, params: ExecuteParams) -> dict[str, Any]: ...
+
+
 _NOT_BUILT: dict[str, tuple[type[Any], str]] = {
     "pml_execute": (ExecuteParams, "pml_execute is not available yet: code execution is not built"),
     "pml_discover": (DiscoverParams, "pml_discover is not available yet: discovery is not built"),
@@ -44,9 +51,17 @@ _NOT_BUILT: dict[str, tuple[type[Any], str]] = {
 class GatewayTools:
     """Lists and calls the gateway's tools for one caller scope at a time."""
 
-    def __init__(self, cap_tools: CapTools, pool: UpstreamPool, *, expose_upstream: bool) -> None:
+    def __init__(
+        self,
+        cap_tools: CapTools,
+        pool: UpstreamPool,
+        *,
+        expose_upstream: bool,
+        executor: Executor | None = None,
+    ) -> None:
         self._cap_tools = cap_tools
         self._pool = pool
+        self._executor = executor
         self._expose_upstream = expose_upstream
         self._cap_names = frozenset(cap_tools.names)
         self._pass_through: dict[str, UpstreamTool] = {}
@@ -123,6 +138,8 @@ class GatewayTools:
         canonical = _canonical(name)
         if canonical in self._cap_names:
             return json_result(await self._cap_tools.call(canonical, scope, arguments))
+        if canonical == "pml_execute" and self._executor is not None:
+            return await self._execute(scope, arguments)
         not_built = _NOT_BUILT.get(canonical)
         if not_built is not None:
             params_model, message = not_built
@@ -133,6 +150,17 @@ class GatewayTools:
             raise NotFound(f"Unknown tool: {message_value(name)}")
         server, tool = address
         return await self._pool.call_tool(server, tool, arguments)
+
+    async def _execute(
+        self, scope: Scope, arguments: Mapping[str, Any] | None
+    ) -> mcp_types.CallToolResult:
+        """``pml_execute``: its answer, or ``{"status": "error", "error": ...}`` (SPEC §5)."""
+        assert self._executor is not None
+        try:
+            params = parse_params(ExecuteParams, arguments)
+            return json_result(await self._executor.execute(scope, params))
+        except PmlError as error:
+            return json_result({"status": "error", "error": error.to_dict()}, is_error=True)
 
     async def _resolve_pass_through(self, name: str) -> tuple[str, str] | None:
         """``(server, tool)`` of a ``server__tool`` name, through the listed names."""

@@ -24,7 +24,12 @@ from pml.analysis.code_hash import normalized_code_hash
 from pml.errors import InvalidInput, NameTaken, NotFound, PermissionDenied
 from pml.registry.fqdn import fqdn_candidates, message_value
 from pml.registry.models import CapabilityRecord
-from pml.registry.names import auto_display_name, split_display_name, tool_name_for
+from pml.registry.names import (
+    auto_display_name,
+    split_display_name,
+    tool_name_for,
+    validate_name,
+)
 from pml.registry.routing import Routing
 from pml.registry.scope import Scope
 from pml.storage.capability_repo import SqlCapabilityRepository
@@ -269,3 +274,23 @@ def check_code_hash(code: str, given: str | None) -> str:
         raise InvalidInput("code_hash must be 64 lowercase hex characters", field="code_hash")
     normalized_code_hash(code)  # the stored code must parse too
     return given
+
+
+async def check_name_before_run(db: Database, scope: Scope, name: object, code_hash: str) -> str:
+    """``INVALID_NAME`` / ``NAME_TAKEN`` before running code to be captured as ``name``.
+
+    A name already held by the capability of this very code is fine (running it again).
+    Capture checks again, atomically; this spares running code whose capture must fail.
+    """
+    valid = validate_name(name)
+    async with db.read() as conn:
+        repo = SqlCapabilityRepository(conn)
+        existing = await repo.find_by_code_hash(scope.org, scope.project, code_hash)
+        owner = existing.fqdn if existing is not None else None
+        for found in (
+            await repo.name_owner(scope.org, scope.project, valid),
+            await repo.tool_name_owner(scope.org, scope.project, valid),
+        ):
+            if found is not None and found != owner:
+                raise NameTaken(taken_message(valid, scope))
+    return valid

@@ -35,7 +35,7 @@ class _Params(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-P = TypeVar("P", bound=_Params)
+P = TypeVar("P", bound=BaseModel)
 
 
 class ListParams(_Params):

@@ -1,0 +1,239 @@
+"""Telling credentials from ordinary literals, so that secrets are never stored (SPEC §6).
+
+``looks_secret(keyword, value)`` flags a string when its keyword names a credential
+(``token``, ``api_key``, ``clientSecret``, ``X-Auth-Token``...), when its text has the shape
+of a known credential (``sk-...``, ``ghp_...``, ``AKIA...``, a JWT, ``Bearer ...``, a PEM
+private key, a URL with a password), or when it is a long, random-looking token. Lists and
+dicts are searched: a dict's keys serve as keywords for their values.
+
+Example::
+
+    >>> looks_secret("github_token", "abc123")
+    True
+    >>> looks_secret("tokenizer_path", "/models/tok.json")
+    False
+    >>> looks_secret("headers", {"Authorization": "Bearer 3f9a1c7e5b2d8f40a6c1"})
+    True
+    >>> looks_secret("path", "/home/ada/reports/2024-06-01/summary.json")
+    False
+    >>> looks_secret("value", "q8Zt1LmX4vR7yN2kP9sJ3wB6")
+    True
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections import Counter
+from typing import cast
+
+# Words that name a credential when they appear in a keyword (split on case and punctuation).
+_SECRET_WORDS = frozenset(
+    {
+        "token",
+        "secret",
+        "secrets",
+        "password",
+        "passwd",
+        "passphrase",
+        "pwd",
+        "apikey",
+        "accesskey",
+        "privatekey",
+        "secretkey",
+        "auth",
+        "authorization",
+        "credential",
+        "credentials",
+        "creds",
+        "bearer",
+    }
+)
+# ``<first>_key`` pairs that name a credential: ``api_key``, ``accessKey``, ``private-key``.
+_KEY_QUALIFIERS = frozenset({"api", "access", "private", "secret", "signing", "encryption"})
+# A trailing word that makes the keyword describe a credential, not hold one: ``token_type``,
+# ``password_file``, ``auth_method``, ``token_limit``.
+_DESCRIPTOR_WORDS = frozenset(
+    {
+        "type",
+        "kind",
+        "name",
+        "names",
+        "id",
+        "ids",
+        "path",
+        "file",
+        "filename",
+        "dir",
+        "url",
+        "uri",
+        "endpoint",
+        "host",
+        "header",
+        "count",
+        "length",
+        "len",
+        "limit",
+        "size",
+        "max",
+        "min",
+        "method",
+        "mode",
+        "scheme",
+        "provider",
+        "field",
+        "env",
+        "var",
+        "format",
+        "prefix",
+        "user",
+        "username",
+        "email",
+        "required",
+        "enabled",
+        "ttl",
+        "timeout",
+        "expiry",
+        "expires",
+    }
+)
+# Values that fill a credential-named field without being a credential.
+_PLACEHOLDER_VALUES = frozenset(
+    {"", "none", "null", "true", "false", "basic", "bearer", "digest", "oauth", "oauth2", "ntlm"}
+    | {"negotiate", "jwt", "token", "apikey", "api_key", "api-key", "xxx", "***", "redacted"}
+)
+_PLACEHOLDER = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|<[^<>]*>|\{\{[^{}]*\}\}")
+
+_VALUE_PATTERNS = re.compile(
+    "|".join(
+        [
+            r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_\-]{16,}",  # OpenAI / Anthropic style
+            r"(?<![A-Za-z0-9])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}",  # Stripe
+            r"(?<![A-Za-z0-9])gh[pousr]_[A-Za-z0-9]{20,}",  # GitHub tokens
+            r"(?<![A-Za-z0-9])github_pat_[A-Za-z0-9_]{20,}",
+            r"(?<![A-Za-z0-9])glpat-[A-Za-z0-9_\-]{20,}",  # GitLab
+            r"(?<![A-Za-z0-9])xox[abprs]-[A-Za-z0-9\-]{10,}",  # Slack
+            r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])",  # AWS access key id
+            r"(?<![A-Za-z0-9])AIza[0-9A-Za-z_\-]{35}",  # Google API key
+            r"(?<![A-Za-z0-9])npm_[A-Za-z0-9]{36}",
+            r"eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}",  # JWT header.payload
+            r"(?i:\bbearer\s+[A-Za-z0-9\-._~+/]{12,}=*)",
+            r"(?i:^\s*basic\s+[A-Za-z0-9+/]{8,}={0,2}\s*$)",
+            r"-----BEGIN[A-Z ]*PRIVATE KEY-----",
+            r"[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]+:[^/\s@]+@",  # scheme://user:password@
+        ]
+    )
+)
+# ``password=...`` inside connection strings and query strings.
+_ASSIGNMENTS = re.compile(r"(?:^|[;&?\s])([A-Za-z][A-Za-z0-9_\-]*)=([^\s;&#]+)")
+_CAMEL = re.compile(r"([a-z0-9])([A-Z])|([A-Z]+)([A-Z][a-z])")
+_NON_ALNUM = re.compile(r"[^a-z0-9]+")
+_HEX_OR_UUID = re.compile(r"[0-9a-fA-F]+|[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
+_PATH_SEPARATORS = re.compile(r"[/\\?&=#:;@]")
+_WORDS = re.compile(r"[A-Z]?[a-z]{3,}|[A-Z]{4,}|[0-9]{4,}")
+_PATH_LIKE = re.compile(r"^(?:[/~.]|[A-Za-z]:[\\/])|^[A-Za-z][A-Za-z0-9+.\-]*://|\.[A-Za-z]{1,5}$")
+
+
+def keyword_words(keyword: str) -> list[str]:
+    """Lowercase words of a snake, camel, kebab or dotted name: ``xApiKey`` -> x, api, key."""
+    spaced = _CAMEL.sub(
+        lambda m: f"{m[1]}_{m[2]}" if m[1] is not None else f"{m[3]}_{m[4]}", keyword
+    )
+    return [word for word in _NON_ALNUM.split(spaced.lower()) if word]
+
+
+def is_secret_keyword(keyword: str) -> bool:
+    """Whether a keyword names a credential (``api_key``), not something about one."""
+    words = keyword_words(keyword)
+    for index, word in enumerate(words):
+        named = word in _SECRET_WORDS or (
+            word == "key" and index > 0 and words[index - 1] in _KEY_QUALIFIERS
+        )
+        if named:
+            return not any(later in _DESCRIPTOR_WORDS for later in words[index + 1 :])
+    return False
+
+
+def _is_placeholder(value: str) -> bool:
+    text = value.strip()
+    return text.lower() in _PLACEHOLDER_VALUES or _PLACEHOLDER.fullmatch(text) is not None
+
+
+def shannon_entropy(text: str) -> float:
+    """Bits per character of ``text`` (0.0 for the empty string)."""
+    if not text:
+        return 0.0
+    total = len(text)
+    return -sum(n / total * math.log2(n / total) for n in Counter(text).values())
+
+
+def _class_changes(text: str) -> float:
+    """Share of neighbouring characters of different kinds (lower, upper, digit, other)."""
+
+    def kind(char: str) -> int:
+        return 0 if char.islower() else 1 if char.isupper() else 2 if char.isdigit() else 3
+
+    kinds = [kind(char) for char in text]
+    changes = sum(1 for a, b in itertools.pairwise(kinds) if a != b)
+    return changes / (len(text) - 1)
+
+
+def _wordiness(text: str) -> float:
+    """Share of characters in word-like runs (``Report``, ``ACME``, ``2024``)."""
+    return sum(len(run) for run in _WORDS.findall(text)) / len(text)
+
+
+def _token_looks_random(text: str) -> bool:
+    """A long token of mixed letters and digits, with high entropy and no word structure."""
+    if not 20 <= len(text) <= 256 or any(char.isspace() for char in text):
+        return False
+    if not any(char.isalpha() for char in text) or not any(char.isdigit() for char in text):
+        return False
+    if _HEX_OR_UUID.fullmatch(text) is not None:  # checksums, commit ids, UUIDs
+        return False
+    punctuation = sum(1 for char in text.rstrip("=") if not char.isalnum())
+    if punctuation > len(text) // 10:  # identifiers, versions, dates: random tokens have few
+        return False
+    threshold = min(4.0, math.log2(len(text)) - 0.75)
+    return (
+        shannon_entropy(text) >= threshold
+        and _class_changes(text) >= 0.3
+        and _wordiness(text) < 0.75
+    )
+
+
+def looks_random(text: str) -> bool:
+    """High-entropy check; paths and URLs are judged part by part."""
+    if _PATH_LIKE.search(text) is not None:
+        return any(_token_looks_random(part) for part in _PATH_SEPARATORS.split(text))
+    return _token_looks_random(text)
+
+
+def _string_looks_secret(value: str, named: bool) -> bool:
+    if _VALUE_PATTERNS.search(value) is not None:
+        return True
+    if named and not _is_placeholder(value):
+        return True
+    for match in _ASSIGNMENTS.finditer(value):
+        if is_secret_keyword(match[1]) and not _is_placeholder(match[2]):
+            return True
+    return looks_random(value)
+
+
+def looks_secret(keyword: str, value: object) -> bool:
+    """Whether ``value`` (passed as ``keyword``) looks like a credential; see the module doc."""
+    # Iterative: a deeply nested value must not overflow the stack.
+    stack: list[tuple[str, object, bool]] = [(keyword, value, False)]
+    while stack:
+        key, item, inherited = stack.pop()
+        named = inherited or is_secret_keyword(key)
+        if isinstance(item, str):
+            if _string_looks_secret(item, named):
+                return True
+        elif isinstance(item, dict):
+            for child_key, child in cast("dict[object, object]", item).items():
+                stack.append((str(child_key), child, named))
+        elif isinstance(item, list | tuple):
+            stack.extend((key, child, named) for child in cast("list[object]", item))
+    return False

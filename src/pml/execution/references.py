@@ -1,0 +1,147 @@
+"""What each ``mcp.<a>.<b>`` of a snippet designates, checked before anything runs.
+
+    plan = await plan_references(analysis.calls, scope=scope, registry=registry, pool=pool)
+    plan.targets[("filesystem", "read_file")]   # Target(kind="tool", server=..., tool=...)
+    plan.capability_fqdns            # {("fs", "read_json"): "acme.web.fs.read_json.ab12"}
+
+``mcp.<server>.<tool>`` names an upstream tool (a tool whose name is not an identifier is
+also reachable with ``-``/``.`` written as ``_`` when that is unambiguous on the server);
+``mcp.<namespace>.<action>`` a named capability (its tool name ``mcp__ns__action``);
+``mcp["<fqdn or name>"]`` a capability. Anything else is ``UNKNOWN_TOOL``, all of them
+listed at once with close matches.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pml.analysis.snippet import CallSite
+from pml.errors import NotFound, UnknownTool
+from pml.registry.scope import Scope
+from pml.registry.service import CapabilityRegistry
+from pml.upstream.base import UpstreamPool
+
+MAX_SUGGESTIONS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """An upstream tool (``server``, ``tool``) or a capability (``fqdn``)."""
+
+    kind: Literal["tool", "capability"]
+    server: str = ""
+    tool: str = ""
+    fqdn: str = ""
+
+    @property
+    def address(self) -> str:
+        """``server:tool`` or the capability's FQDN (what ``toolsUsed`` lists)."""
+        return f"{self.server}:{self.tool}" if self.kind == "tool" else self.fqdn
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Every reference of one snippet, resolved."""
+
+    targets: dict[tuple[str, str], Target] = field(default_factory=dict[tuple[str, str], Target])
+
+    @property
+    def capability_fqdns(self) -> dict[tuple[str, str], str]:
+        """``(namespace, action)`` references to capabilities, to store as ``mcp["<fqdn>"]``."""
+        return {
+            key: target.fqdn
+            for key, target in self.targets.items()
+            if target.kind == "capability" and key[0]
+        }
+
+
+def tool_name_on(server_tools: Sequence[str], name: str) -> str | None:
+    """``name`` as the server spells it: exact, or with ``_`` for ``-``/``.`` if unambiguous."""
+    if name in server_tools:
+        return name
+    spelled = [tool for tool in server_tools if _identifier(tool) == name]
+    return spelled[0] if len(spelled) == 1 else None
+
+
+def _identifier(tool: str) -> str:
+    return tool.replace("-", "_").replace(".", "_")
+
+
+async def plan_references(
+    calls: Sequence[CallSite],
+    *,
+    scope: Scope,
+    registry: CapabilityRegistry,
+    pool: UpstreamPool,
+) -> Plan:
+    """Resolve every call site (``UnknownTool`` listing all the unknown ones)."""
+    servers = {status.name for status in pool.status() if status.state != "disabled"}
+    catalog: dict[str, list[str]] = {}
+    for upstream in await pool.list_tools():
+        catalog.setdefault(upstream.server, []).append(upstream.name)
+    targets: dict[tuple[str, str], Target] = {}
+    unknown: list[str] = []
+    for site in calls:
+        key = (site.namespace, site.name)
+        if key in targets:
+            continue
+        target, problem = await _resolve(site, servers, catalog, scope, registry)
+        if target is not None:
+            targets[key] = target
+        elif problem not in unknown:
+            unknown.append(problem)
+    if unknown:
+        raise UnknownTool(f"Unknown tools: {'; '.join(unknown)}", unknown=unknown)
+    return Plan(targets)
+
+
+async def _resolve(
+    site: CallSite,
+    servers: set[str],
+    catalog: dict[str, list[str]],
+    scope: Scope,
+    registry: CapabilityRegistry,
+) -> tuple[Target | None, str]:
+    shown = _shown(site)
+    if not site.namespace:
+        fqdn = await _capability(registry, scope, site.name)
+        return (Target("capability", fqdn=fqdn), "") if fqdn else (None, f"{shown} (no capability)")
+    if site.namespace in servers:
+        tools = catalog.get(site.namespace)
+        if not tools:  # not running, no stored catalog: the call will say why
+            return Target("tool", server=site.namespace, tool=site.name), ""
+        spelled = tool_name_on(tools, site.name)
+        if spelled is not None:
+            return Target("tool", server=site.namespace, tool=spelled), ""
+        close = _close(site.name, tools + [_identifier(tool) for tool in tools])
+        hint = f"; did you mean {', '.join(f'mcp.{site.namespace}.{c}' for c in close)}?"
+        return None, f"{shown} (server '{site.namespace}' has no such tool{hint if close else ''})"
+    fqdn = await _capability(registry, scope, f"mcp__{site.namespace}__{site.name}")
+    if fqdn:
+        return Target("capability", fqdn=fqdn), ""
+    close = _close(site.namespace, sorted(servers))
+    hint = f"; did you mean server {', '.join(close)}?" if close else ""
+    return None, f"{shown} (no server or capability '{site.namespace}'{hint})"
+
+
+async def _capability(registry: CapabilityRegistry, scope: Scope, ref: str) -> str | None:
+    try:
+        resolved = await registry.resolve(scope, ref)
+    except NotFound:
+        return None
+    if resolved.record.record_type != "capability":
+        return None
+    return resolved.record.fqdn
+
+
+def _close(word: str, candidates: Sequence[str]) -> list[str]:
+    unique = list(dict.fromkeys(candidates))
+    return difflib.get_close_matches(word, unique, n=MAX_SUGGESTIONS, cutoff=0.6)
+
+
+def _shown(site: CallSite) -> str:
+    written = f"mcp.{site.namespace}.{site.name}" if site.namespace else f'mcp["{site.name}"]'
+    return f"{written} at line {site.line}"

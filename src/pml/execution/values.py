@@ -1,0 +1,99 @@
+"""What a snippet sees of a tool result, and how arguments are checked (SPEC §4, §5).
+
+>>> import mcp_types
+>>> text = mcp_types.TextContent(type="text", text='{"n": 1}')
+>>> snippet_value(mcp_types.CallToolResult(content=[text]))
+{'n': 1}
+>>> merged_args({"properties": {"path": {"default": "a.json"}}}, {"mode": "r"})
+{'path': 'a.json', 'mode': 'r'}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any, cast
+
+import mcp_types
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from pml.errors import InvalidArgs
+from pml.sandbox.base import SnippetToolError
+
+MAX_LISTED_FAILURES = 10
+
+
+def snippet_value(result: mcp_types.CallToolResult) -> Any:
+    """``structuredContent``, else the text parsed as JSON, else the text, else the blocks."""
+    if result.structured_content is not None:
+        return result.structured_content
+    blocks = result.content
+    if blocks and all(isinstance(block, mcp_types.TextContent) for block in blocks):
+        text = "\n".join(cast("mcp_types.TextContent", block).text for block in blocks)
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    return [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in blocks]
+
+
+def raise_for_error(tool: str, result: mcp_types.CallToolResult) -> None:
+    """An ``isError`` result becomes the snippet's ``ToolError`` (``SnippetToolError``)."""
+    if not result.is_error:
+        return
+    message = _error_message(result)
+    raise SnippetToolError(tool, message)
+
+
+def _error_message(result: mcp_types.CallToolResult) -> str:
+    structured: dict[str, Any] | None = result.structured_content
+    error: object = (structured or {}).get("error")
+    if isinstance(error, dict):
+        message: object = cast("dict[str, Any]", error).get("message")
+        if isinstance(message, str):
+            return message
+    texts = [b.text for b in result.content if isinstance(b, mcp_types.TextContent)]
+    return "\n".join(texts) or "the tool reported an error"
+
+
+def merged_args(schema: Mapping[str, Any], given: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``given`` over the defaults of the schema's properties."""
+    merged: dict[str, Any] = {}
+    properties = schema.get("properties")
+    if isinstance(properties, dict):
+        for name, spec in cast("dict[str, Any]", properties).items():
+            if isinstance(spec, dict) and "default" in spec:
+                merged[name] = cast("dict[str, Any]", spec)["default"]
+    merged.update(given or {})
+    return merged
+
+
+def check_args(schema: Mapping[str, Any], args: Mapping[str, Any], *, capability: str) -> None:
+    """``INVALID_ARGS`` listing every way ``args`` fails ``schema`` (a bad schema: none)."""
+    try:
+        validator = Draft202012Validator(dict(schema))
+        found: list[Any] = list(validator.iter_errors(dict(args)))  # pyright: ignore[reportUnknownMemberType]
+        failures = sorted(found, key=lambda e: [str(part) for part in e.absolute_path])
+    except SchemaError:
+        return  # a stored schema PML did not write; the code checks its own arguments
+    if not failures:
+        return
+    listed = [_describe(failure.absolute_path, failure.message) for failure in failures]
+    shown = "; ".join(listed[:MAX_LISTED_FAILURES])
+    more = len(listed) - MAX_LISTED_FAILURES
+    if more > 0:
+        shown += f"; and {more} more"
+    raise InvalidArgs(f"Invalid arguments for {capability}: {shown}", failures=listed[:50])
+
+
+def _describe(path: Any, message: str) -> str:
+    where = "/".join(str(part) for part in path)
+    return f"{where}: {message}" if where else message
+
+
+def args_digest(arguments: Mapping[str, Any]) -> str:
+    """A short stable digest of a call's arguments (traces keep this, never the values)."""
+    canonical = json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:16]

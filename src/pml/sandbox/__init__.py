@@ -1,0 +1,1 @@
+"""Running agent snippets with no way out but the ``mcp`` bridge (SPEC §4)."""

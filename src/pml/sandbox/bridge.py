@@ -1,0 +1,165 @@
+"""The host side of one run: tool calls from the snippet, printed output, and aborting.
+
+A :class:`RunBridge` lives for one run. The sandbox reaches it through two callbacks:
+:meth:`RunBridge.call` (the ``_pml_call`` host function behind ``mcp``) and
+:meth:`RunBridge.on_print` (the print sink, called from a pydantic-monty thread). It
+
+- checks each call (keyword arguments only, JSON arguments) and counts it against
+  ``max_tool_calls`` *before* the caller sees it;
+- turns a ``SnippetToolError`` into the snippet's ``ToolError``;
+- on a ``PmlError`` from the caller, or a refused call, or too much printed output, records
+  the error in :attr:`RunBridge.failure` and cancels the run (the engine raises it, even if
+  the snippet caught what it saw);
+- cancels tool calls still in flight when the run ends (:meth:`RunBridge.settle`):
+  pydantic-monty runs them as separate tasks that would otherwise outlive the run.
+
+Example::
+
+    bridge = RunBridge(caller, limits, asyncio.get_running_loop())
+    with anyio.CancelScope() as scope:
+        bridge.attach(scope)
+        value = await session.feed_run(source, external_lookup={BRIDGE: bridge.call},
+                                       print_callback=bridge.on_print)
+    await bridge.settle()
+    bridge.failure, bridge.logs, bridge.tool_calls
+"""
+
+from __future__ import annotations
+
+import asyncio
+import binascii
+import logging
+from typing import Any, cast
+
+import anyio
+
+from pml.config import SandboxSettings
+from pml.errors import InternalError, LimitExceeded, PmlError
+from pml.sandbox.base import SnippetToolError, ToolCaller, ToolRef
+from pml.sandbox.jsonvalue import NotJsonError, json_value
+
+logger = logging.getLogger(__name__)
+
+# How long ``settle`` waits for cancelled tool calls to unwind.
+SETTLE_TIMEOUT_S = 2.0
+
+_ABORTED = "the run was stopped"
+
+
+class RunBridge:
+    """Per-run host state; see the module docstring."""
+
+    def __init__(
+        self, caller: ToolCaller, limits: SandboxSettings, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self._caller = caller
+        self._limits = limits
+        self._loop = loop
+        self._run_scope: anyio.CancelScope | None = None
+        self._call_scopes: set[anyio.CancelScope] = set()
+        self._drained: anyio.Event | None = None
+        self._settled = False
+        self._chunks: list[str] = []
+        self._printed_bytes = 0
+        self._print_failure: LimitExceeded | None = None
+        self._failure: PmlError | None = None
+        self.tool_errors: list[SnippetToolError] = []
+        self.tool_calls = 0
+
+    def attach(self, scope: anyio.CancelScope) -> None:
+        """The cancel scope around the sandbox feed, cancelled by :meth:`abort`."""
+        self._run_scope = scope
+
+    @property
+    def failure(self) -> PmlError | None:
+        """Why the run must fail whatever the snippet did, if it must."""
+        return self._failure if self._failure is not None else self._print_failure
+
+    def abort(self, error: PmlError) -> None:
+        """End the run with ``error`` (the first one recorded wins)."""
+        if self._failure is None:
+            self._failure = error
+        self._cancel_run()
+
+    def _cancel_run(self) -> None:
+        if self._run_scope is not None:
+            self._run_scope.cancel()
+
+    @property
+    def logs(self) -> list[str]:
+        """Printed output as lines (``print`` adds the newlines)."""
+        lines = "".join(self._chunks).split("\n")
+        if lines[-1] == "":
+            lines.pop()
+        return lines
+
+    def on_print(self, stream: str, text: str) -> None:
+        """Print sink (a pydantic-monty thread): keep the text; past ``max_result_bytes``,
+        record the failure at once and cancel the run from the event loop."""
+        del stream  # stdout and stderr share the log
+        if self._print_failure is not None:
+            return
+        self._printed_bytes += len(text.encode("utf-8", "surrogatepass"))
+        limit = self._limits.max_result_bytes
+        if self._printed_bytes > limit:
+            self._print_failure = LimitExceeded(
+                f"Printed output exceeds the limit of {limit} bytes", limit="max_result_bytes"
+            )
+            self._loop.call_soon_threadsafe(self._cancel_run)
+            return
+        self._chunks.append(text)
+
+    async def call(self, namespace: object, name: object, args: object, kwargs: object) -> Any:
+        """The ``_pml_call`` host function: one tool call from the snippet."""
+        if self.failure is not None or self._settled:
+            raise RuntimeError(_ABORTED)
+        ref = _tool_ref(namespace, name)
+        if args != () or not isinstance(kwargs, dict):
+            raise TypeError(f"{ref}(): tool calls take keyword arguments only")
+        try:
+            arguments = json_value(cast("dict[str, Any]", kwargs), "arguments")
+        except NotJsonError as error:
+            raise TypeError(f"{ref}(): arguments are not JSON-serialisable: {error}") from None
+        limit = self._limits.max_tool_calls
+        if self.tool_calls >= limit:
+            self.abort(
+                LimitExceeded(
+                    f"Execution exceeded the limit of {limit} tool calls", limit="max_tool_calls"
+                )
+            )
+            raise RuntimeError(_ABORTED)
+        self.tool_calls += 1
+        with anyio.CancelScope() as scope:
+            self._call_scopes.add(scope)
+            try:
+                return await self._caller.call_tool(ref, arguments)
+            except SnippetToolError as error:
+                self.tool_errors.append(error)
+                raise binascii.Incomplete(error.message) from None
+            except PmlError as error:
+                self.abort(error)
+            except Exception:  # the caller's bug must end the run, not reach the snippet
+                logger.exception("tool call %s failed inside the sandbox bridge", ref)
+                self.abort(InternalError("Internal error while calling a tool"))
+            finally:
+                self._call_scopes.discard(scope)
+                if not self._call_scopes and self._drained is not None:
+                    self._drained.set()
+        raise RuntimeError(_ABORTED)
+
+    async def settle(self) -> None:
+        """After the feed: refuse new calls, cancel those in flight, wait for them."""
+        self._settled = True
+        if not self._call_scopes:
+            return
+        self._drained = anyio.Event()
+        for scope in list(self._call_scopes):
+            scope.cancel()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_TIMEOUT_S):
+            await self._drained.wait()
+
+
+def _tool_ref(namespace: object, name: object) -> ToolRef:
+    if not isinstance(namespace, str) or not isinstance(name, str):
+        raise TypeError("tool names must be strings")
+    return ToolRef(namespace, name)

@@ -1,0 +1,178 @@
+"""Turning a snippet into the source the sandbox runs: checks, then a prelude.
+
+A snippet is checked on the host first: its size (``CodeTooLarge``), its syntax with
+CPython's parser (``CodeSyntaxError`` with the snippet's own line and column), and its
+imports (modules that reach the host are refused before anything runs). Then a generated
+prelude is put in front of it and ``return None`` after it:
+
+- ``mcp``, when the snippet names it: ``mcp.<ns>.<tool>(**kw)``, ``mcp.<ns>["x-y"](**kw)``
+  and ``mcp["<fqdn>"](**kw)`` all end in one host function, :data:`BRIDGE`. Monty classes
+  have no ``__getattr__``, so ``<ns>`` and ``<tool>`` are looked up among the attribute
+  names written in the snippet (every ``.name`` in it); a name only known at run time needs
+  the subscript forms.
+- ``ToolError``, when named: the exception a failed tool call raises in the snippet. Monty
+  has no exception subclasses, so it is ``binascii.Incomplete`` (which nothing in the
+  sandbox raises) under that name.
+- ``eval``, ``exec``, ``compile``, when named: stand-ins that raise ``NameError``.
+
+Line numbers the sandbox reports are shifted back by :attr:`Program.offset`.
+
+Example::
+
+    >>> program = prepare("return await mcp.fs.read(path=args['p'])", max_code_bytes=1000)
+    >>> program.offset > 0, program.user_lines
+    (True, 1)
+    >>> program.source.splitlines()[program.offset]
+    "return await mcp.fs.read(path=args['p'])"
+    >>> prepare("return 1", max_code_bytes=1000).offset
+    0
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from pml.analysis.code_hash import parse_snippet
+from pml.errors import CodeTooLarge, ExecutionFailed
+
+BRIDGE = "_pml_call"
+"""The host function behind every tool call: ``_pml_call(namespace, name, args, kwargs)``."""
+
+TOOL_ERROR_MODULE = "binascii"
+TOOL_ERROR_CLASS = "Incomplete"
+"""The sandbox exception class that is ``ToolError`` in snippets."""
+
+# Modules that would reach the host (Monty's ``os``/``sys``/``pathlib`` answer from a
+# deny-all host, the others do not exist in Monty): refused before the run, so a snippet
+# cannot even probe them.
+BLOCKED_MODULES = frozenset(
+    {
+        "builtins",
+        "ctypes",
+        "glob",
+        "importlib",
+        "io",
+        "multiprocessing",
+        "os",
+        "pathlib",
+        "shutil",
+        "signal",
+        "socket",
+        "subprocess",
+        "sys",
+        "tempfile",
+        "threading",
+    }
+)
+
+_SHADOWED = ("eval", "exec", "compile")
+
+_MCP_CLASSES = f"""\
+class _PmlTool:
+    def __init__(self, namespace, name):
+        self._pml_namespace = namespace
+        self._pml_name = name
+    def __call__(self, *args, **kwargs):
+        return {BRIDGE}(self._pml_namespace, self._pml_name, args, kwargs)
+class _PmlMcp:
+    def __init__(self, namespaces):
+        for namespace in namespaces:
+            setattr(self, namespace, _PmlNamespace(namespace))
+    def __getitem__(self, name):
+        return _PmlTool("", name)
+class _PmlNamespace:
+    def __init__(self, namespace):
+        self._pml_namespace = namespace
+    def __getitem__(self, name):
+        return _PmlTool(self._pml_namespace, name)
+"""
+
+_TOOL_METHOD = f"""\
+    def {{name}}(self, *args, **kwargs):
+        return {BRIDGE}(self._pml_namespace, {{name!r}}, args, kwargs)
+"""
+
+_SHADOW = """\
+def {name}(*args, **kwargs):
+    raise NameError("name '{name}' is not defined")
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    """The source to feed; snippet line ``n`` is source line ``n + offset``."""
+
+    source: str
+    offset: int
+    user_lines: int
+
+    def user_line(self, line: int) -> int | None:
+        """The snippet line of a source line, or ``None`` inside the prelude/epilogue."""
+        user = line - self.offset
+        return user if 1 <= user <= self.user_lines else None
+
+
+def prepare(code: str, *, max_code_bytes: int) -> Program:
+    """Check ``code`` and wrap it; ``CodeTooLarge``, ``CodeSyntaxError``, ``ExecutionFailed``."""
+    size = len(code.encode("utf-8", "surrogatepass"))
+    if size > max_code_bytes:
+        raise CodeTooLarge(f"Code size exceeds maximum: {size} bytes (max: {max_code_bytes})")
+    code = code.replace("\r\n", "\n").replace("\r", "\n")
+    tree = parse_snippet(code)
+    names, attributes = _scan(tree)
+    prelude = _prelude(names, attributes)
+    return Program(
+        source=f"{prelude}{code}\nreturn None\n",
+        offset=prelude.count("\n"),
+        user_lines=code.count("\n") + 1,
+    )
+
+
+def _scan(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """Names read or written, attribute names; refuses blocked imports."""
+    names: set[str] = set()
+    attributes: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            attributes.add(node.attr)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            _check_import(node)
+    return names, attributes
+
+
+def _check_import(node: ast.Import | ast.ImportFrom) -> None:
+    if isinstance(node, ast.Import):
+        modules = [alias.name for alias in node.names]
+    else:
+        modules = [node.module] if node.module and node.level == 0 else []
+    for module in modules:
+        root = module.partition(".")[0]
+        if root in BLOCKED_MODULES:
+            message = f"module '{root}' is not available in snippets"
+            raise ExecutionFailed(
+                f"ModuleNotFoundError: {message} (line {node.lineno})",
+                exception_type="ModuleNotFoundError",
+                line=node.lineno,
+            )
+
+
+def _prelude(names: set[str], attributes: set[str]) -> str:
+    parts: list[str] = []
+    if "mcp" in names:
+        members = sorted(name for name in attributes if _is_member_name(name))
+        parts.append(_MCP_CLASSES)
+        parts.extend(_TOOL_METHOD.format(name=name) for name in members)
+        parts.append(f"mcp = _PmlMcp({tuple(members)!r})\n")
+    if "ToolError" in names:
+        parts.append(f"from {TOOL_ERROR_MODULE} import {TOOL_ERROR_CLASS} as ToolError\n")
+    parts.extend(_SHADOW.format(name=name) for name in _SHADOWED if name in names)
+    return "".join(parts)
+
+
+def _is_member_name(name: str) -> bool:
+    """Attribute names usable as a namespace or a tool: not special, not ours."""
+    dunder = name.startswith("__") and name.endswith("__")
+    return name.isascii() and not dunder and not name.startswith("_pml")
