@@ -14,6 +14,7 @@ from mcp import Client
 
 from gateway.upstreams import Upstream, gateway_settings
 from pml.gateway.server import Gateway, open_gateway
+from pml.registry.models import CapabilityRecord
 from pml.registry.scope import Scope
 from pml.storage.tables import capability_records, capability_versions, execution_traces
 from pml.upstream.pool import ClientPool
@@ -45,8 +46,14 @@ class Execute:
         assert data.get("status") == "error", data
         return data["error"]
 
+    async def record(self, name: str) -> CapabilityRecord:
+        """A capability's record once the queued usage counts are written."""
+        await self.gateway.executor.flush()
+        return (await self.gateway.registry.resolve(SCOPE, name)).record
+
     async def stored(self) -> dict[str, int]:
         """How many capability records, versions and traces the database holds."""
+        await self.gateway.executor.flush()
         counts: dict[str, int] = {}
         async with self.gateway.db.read() as conn:
             for name, table in (

@@ -24,7 +24,7 @@ async def test_a_call_by_name_with_new_args_generalises_the_run(
     assert other["created"] is False
     assert other["capabilityFqdn"] == created["capabilityFqdn"]
     assert upstreams["a"].calls[-1] == ("echo", {"text": "b.json"})
-    record = (await execute.gateway.registry.resolve(SCOPE, "fs:read_json")).record
+    record = await execute.record("fs:read_json")
     assert (record.usage_count, record.success_count) == (3, 3)
 
 
@@ -73,7 +73,7 @@ async def test_args_that_fail_the_schema_are_invalid_args_and_nothing_runs(
     assert missing["code"] == "INVALID_ARGS"
     assert "word" in missing["message"]
     assert len(upstreams["a"].calls) == calls
-    record = (await execute.gateway.registry.resolve(SCOPE, "needs_word")).record
+    record = await execute.record("needs_word")
     assert (record.usage_count, record.success_count) == (2, 1)  # the failure is counted
 
 
@@ -94,7 +94,7 @@ async def test_a_capability_calls_a_capability_sharing_tools_and_routing(
     outer = await execute(code=outer_code, name="fs:read_twice")
     assert outer["result"] == {"text": "c.json"}
     assert outer["toolsUsed"] == [inner["capabilityFqdn"], "a:echo", "b:echo"]
-    record = (await execute.gateway.registry.resolve(SCOPE, "fs:read_twice")).record
+    record = await execute.record("fs:read_twice")
     assert f'mcp["{inner["capabilityFqdn"]}"]' in (record.code or "")  # stored by FQDN
     assert record.routing == "local"
     # Renaming the inner capability never breaks the outer one.

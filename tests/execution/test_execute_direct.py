@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from execution.conftest import FQDN, SCOPE, Execute
+from execution.conftest import FQDN, Execute
 from gateway.upstreams import UNICODE_TEXT, Upstream
 
 pytestmark = pytest.mark.anyio
@@ -36,7 +36,7 @@ async def test_a_snippet_calling_two_servers_runs_and_becomes_a_capability(
     assert answer["executionTimeMs"] > 0
     assert upstreams["a"].calls == [("echo", {"text": "hello"})]
     assert upstreams["b"].calls == [("echo", {"text": "world"})]
-    record = (await execute.gateway.registry.resolve(SCOPE, answer["capabilityFqdn"])).record
+    record = await execute.record(answer["capabilityFqdn"])
     assert record.intent == "greet two servers"
     assert record.tools_used == ["a:echo", "b:echo"]
     schema = record.parameters_schema
@@ -54,7 +54,7 @@ async def test_the_same_code_reformatted_is_the_same_capability_and_counts_usage
     assert second["created"] is False
     assert second["capabilityFqdn"] == first["capabilityFqdn"]
     assert second["result"] == {"a": "hello", "b": "y"}
-    record = (await execute.gateway.registry.resolve(SCOPE, first["capabilityFqdn"])).record
+    record = await execute.record(first["capabilityFqdn"])
     assert (record.usage_count, record.success_count) == (2, 2)
     assert (await execute.stored())["traces"] == 2
 
@@ -63,6 +63,7 @@ async def test_a_run_is_traced_with_digests_not_values(execute: Execute) -> None
     from pml.storage.trace_repo import SqlTraceRepository
 
     answer = await execute(code='return await mcp.a.echo(text="s3cr3t-value")')
+    await execute.gateway.executor.flush()
     async with execute.gateway.db.read() as conn:
         rows = await SqlTraceRepository(conn).for_capability(answer["capabilityFqdn"])
     assert len(rows) == 1
@@ -76,7 +77,7 @@ async def test_a_run_is_traced_with_digests_not_values(execute: Execute) -> None
 async def test_a_name_is_given_to_the_new_capability(execute: Execute) -> None:
     answer = await execute(code="return 1", name="one:value")
     assert answer["capabilityName"] == "one:value"
-    record = (await execute.gateway.registry.resolve(SCOPE, "one:value")).record
+    record = await execute.record("one:value")
     assert record.tool_name == "mcp__one__value"
 
 
@@ -110,7 +111,7 @@ async def test_update_makes_a_new_version_of_the_named_capability(execute: Execu
     assert second["result"] == 2
     assert second["created"] is False
     assert second["capabilityFqdn"] == first["capabilityFqdn"]
-    record = (await execute.gateway.registry.resolve(SCOPE, "counter")).record
+    record = await execute.record("counter")
     assert record.version == 2
     old = await execute(capability="counter@v1", intent="old one")
     assert old["result"] == 1

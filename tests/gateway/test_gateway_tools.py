@@ -192,8 +192,6 @@ async def test_wrong_argument_types_are_invalid_input_naming_the_field(
 @pytest.mark.parametrize(
     ("name", "arguments"),
     [
-        ("pml_execute", {"intent": "list files", "code": "return 1"}),
-        ("pml:execute", {"intent": "list files"}),
         ("pml_discover", {"intent": "read a file", "limit": 3, "kind": "tool"}),
         ("cap_curate", {"mode": "suggest"}),
         ("cap:curate", {}),
@@ -207,13 +205,17 @@ async def test_tools_not_built_yet_answer_not_available(
     assert "not available yet" in error["message"]
 
 
+@pytest.mark.parametrize("name", ["pml_execute", "pml:execute"])
+async def test_pml_execute_runs_under_both_spellings(client: Client, name: str) -> None:
+    result = await client.call_tool(name, {"intent": "add", "code": "return 1 + 1"})
+    assert not result.is_error
+    assert result.structured_content is not None
+    assert result.structured_content["result"] == 2
+
+
 @pytest.mark.parametrize(
     ("name", "arguments"),
     [
-        ("pml_execute", {}),
-        ("pml_execute", {"intent": "   "}),
-        ("pml_execute", {"intent": "x", "code": "1", "capability": "y"}),
-        ("pml_execute", {"intent": "x", "routing": "moon"}),
         ("pml_discover", {"intent": "x", "limit": 51}),
         ("pml_discover", {"intent": "x", "kind": "everything"}),
         ("cap_curate", {"mode": "apply"}),

@@ -11,23 +11,19 @@ records the run's trace: each tool call's tool, argument digest, duration and su
 
 from __future__ import annotations
 
-import logging
 import uuid
 from dataclasses import dataclass
 
 from pml.analysis.snippet import SnippetAnalysis, code_to_store
-from pml.errors import PmlError
 from pml.execution.caller import Budget
+from pml.execution.recorder import UsageRecorder
 from pml.execution.references import Plan
 from pml.registry.models import CapabilityRecord
 from pml.registry.routing import Routing
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityDraft, CapabilityRegistry
-from pml.storage.database import Database
-from pml.storage.trace_repo import SqlTraceRepository, TraceRow
+from pml.storage.trace_repo import TraceRow
 from pml.storage.types import utc_now
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +42,21 @@ class RunReport:
         used = [target.address for target in self.plan.targets.values()]
         return list(dict.fromkeys([*used, *self.budget.tools_used]))
 
+    def trace_row(self, fqdn: str) -> TraceRow:
+        return TraceRow(
+            id=str(uuid.uuid4()),
+            org=self.scope.org,
+            project=self.scope.project,
+            user_id=self.scope.user,
+            intent=self.intent,
+            capability_fqdn=fqdn,
+            success=True,
+            error=None,
+            duration_ms=self.duration_ms,
+            task_results=list(self.budget.trace),
+            created_at=utc_now(),
+        )
+
     def draft(self, name: str | None, routing: Routing | None) -> CapabilityDraft:
         return CapabilityDraft(
             code=code_to_store(self.analysis, self.plan.capability_fqdns),
@@ -59,18 +70,30 @@ class RunReport:
 
 
 class CaptureService:
-    def __init__(self, registry: CapabilityRegistry, db: Database) -> None:
+    def __init__(self, registry: CapabilityRegistry, recorder: UsageRecorder) -> None:
         self._registry = registry
-        self._db = db
+        self._recorder = recorder
 
     async def capture(
         self, report: RunReport, name: str | None, routing: Routing | None
     ) -> tuple[CapabilityRecord, bool]:
-        """Create the capability, or count a use of the one with the same code."""
+        """Create the capability, or count a use of the one with the same code.
+
+        Reusing a capability costs one read: its usage and the trace are queued (batched
+        writes). Creating one (or naming one) is written before the answer.
+        """
+        scope, code_hash = report.scope, report.analysis.code_hash
+        existing = await self._registry.find_by_code(scope, code_hash)
+        if existing is not None and (
+            name is None or existing.named or name == existing.display_name
+        ):
+            self._recorder.count(existing.fqdn, success=True, latency_ms=report.duration_ms)
+            self._recorder.trace(report.trace_row(existing.fqdn))
+            return existing, False
         result = await self._registry.capture(
-            report.scope, report.draft(name, routing), latency_ms=report.duration_ms
+            scope, report.draft(name, routing), latency_ms=report.duration_ms
         )
-        await self._trace(report, result.record.fqdn)
+        self._recorder.trace(report.trace_row(result.record.fqdn))
         return result.record, result.created
 
     async def new_version(
@@ -78,26 +101,6 @@ class CaptureService:
     ) -> CapabilityRecord:
         """``update: true``: the run's code becomes the next version of ``name``."""
         record = await self._registry.update_code(report.scope, name, report.draft(None, routing))
-        await self._registry.record_usage(record.fqdn, success=True, latency_ms=report.duration_ms)
-        await self._trace(report, record.fqdn)
+        self._recorder.count(record.fqdn, success=True, latency_ms=report.duration_ms)
+        self._recorder.trace(report.trace_row(record.fqdn))
         return record
-
-    async def _trace(self, report: RunReport, fqdn: str) -> None:
-        row = TraceRow(
-            id=str(uuid.uuid4()),
-            org=report.scope.org,
-            project=report.scope.project,
-            user_id=report.scope.user,
-            intent=report.intent,
-            capability_fqdn=fqdn,
-            success=True,
-            error=None,
-            duration_ms=report.duration_ms,
-            task_results=list(report.budget.trace),
-            created_at=utc_now(),
-        )
-        try:
-            async with self._db.transaction() as conn:
-                await SqlTraceRepository(conn).insert(row)
-        except PmlError as error:  # the capability is stored; a lost trace is only logged
-            logger.warning("trace of %s not recorded: %s", fqdn, error.message)

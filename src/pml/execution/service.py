@@ -13,6 +13,7 @@ Neither: ranked suggestions. A run that fails raises its ``PmlError`` and stores
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import Any
@@ -22,6 +23,7 @@ from pml.config import SandboxSettings
 from pml.errors import ExecutionFailed, InvalidInput, PmlError
 from pml.execution.caller import Budget, RunCaller
 from pml.execution.capture import CaptureService, RunReport
+from pml.execution.recorder import UsageRecorder
 from pml.execution.references import Plan, plan_references
 from pml.execution.suggest import suggestions
 from pml.execution.values import check_args, merged_args
@@ -36,6 +38,17 @@ from pml.upstream.base import UpstreamPool
 
 logger = logging.getLogger(__name__)
 
+ANALYSIS_CACHE_SIZE = 128
+
+
+@functools.lru_cache(maxsize=ANALYSIS_CACHE_SIZE)
+def _analysis(code: str, max_code_bytes: int) -> SnippetAnalysis:
+    """Analyses are immutable: a snippet run again (or a capability called by name) reuses one.
+
+    Only successes are cached (``lru_cache`` does not keep raised errors).
+    """
+    return analyze_snippet(code, max_code_bytes=max_code_bytes)
+
 
 class ExecuteService:
     """The three modes of ``pml_execute`` for any caller scope."""
@@ -47,6 +60,7 @@ class ExecuteService:
         pool: UpstreamPool,
         engine: SandboxEngine,
         db: Database,
+        recorder: UsageRecorder,
         limits: SandboxSettings,
     ) -> None:
         self._registry = registry
@@ -54,7 +68,12 @@ class ExecuteService:
         self._engine = engine
         self._db = db
         self._limits = limits
-        self._capture = CaptureService(registry, db)
+        self._recorder = recorder
+        self._capture = CaptureService(registry, recorder)
+
+    async def flush(self) -> None:
+        """Write the queued usage counts and traces now."""
+        await self._recorder.flush()
 
     async def execute(self, scope: Scope, params: ExecuteParams) -> dict[str, Any]:
         """The ``pml_execute`` answer (SPEC §5); a failure raises its ``PmlError``."""
@@ -72,7 +91,7 @@ class ExecuteService:
     async def _direct(self, scope: Scope, params: ExecuteParams, code: str) -> dict[str, Any]:
         started = time.perf_counter()
         limits = self._limits_for(params)
-        analysis = analyze_snippet(code, max_code_bytes=limits.max_code_bytes)
+        analysis = _analysis(code, limits.max_code_bytes)
         if params.update:
             if params.name is None:
                 raise InvalidInput("update: true needs the name of the capability", field="name")
@@ -179,9 +198,7 @@ class ExecuteService:
 
     def _stored_analysis(self, code: str, fqdn: str) -> SnippetAnalysis:
         try:
-            return analyze_snippet(
-                code, max_code_bytes=max(self._limits.max_code_bytes, len(code.encode()))
-            )
+            return _analysis(code, max(self._limits.max_code_bytes, len(code.encode())))
         except PmlError as error:
             raise ExecutionFailed(f"Stored code of {fqdn} cannot run: {error.message}") from None
 
@@ -204,12 +221,7 @@ class ExecuteService:
 
     async def _count(self, resolved: Resolved, *, success: bool, started: float) -> float:
         elapsed_ms = (time.perf_counter() - started) * 1000
-        try:
-            await self._registry.record_usage(
-                resolved.record.fqdn, success=success, latency_ms=elapsed_ms
-            )
-        except PmlError as error:  # counting must not turn a good run into a failure
-            logger.warning("usage of %s not recorded: %s", resolved.record.fqdn, error.message)
+        self._recorder.count(resolved.record.fqdn, success=success, latency_ms=elapsed_ms)
         return elapsed_ms
 
     def _limits_for(self, params: ExecuteParams) -> SandboxSettings:

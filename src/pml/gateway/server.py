@@ -170,6 +170,7 @@ class Gateway:
     tools: GatewayTools
     server: GatewayServer
     default_scope: Scope
+    executor: Executor
 
     async def notify_tools_changed(self) -> None:
         """Tell connected clients to list tools again (e.g. after a capability rename)."""
@@ -197,7 +198,9 @@ async def open_gateway(
                     executor=executor,
                 )
                 server = build_server(tools, default_scope=default_scope)
-                yield Gateway(settings, db, registry, upstream, tools, server, default_scope)
+                yield Gateway(
+                    settings, db, registry, upstream, tools, server, default_scope, executor
+                )
         finally:
             # Not inside a cancel scope of ours: a pool may close task groups it opened in
             # start(), which anyio allows only from the same scope (ClientPool hosts its own).
@@ -230,14 +233,21 @@ async def open_executor(
     settings: Settings, db: Database, registry: CapabilityRegistry, pool: UpstreamPool
 ) -> AsyncGenerator[Executor]:
     """``pml_execute``'s service on the sandbox engine (imported lazily; stopped on exit)."""
+    from pml.execution.recorder import UsageRecorder
     from pml.execution.service import ExecuteService
     from pml.sandbox.monty import MontyEngine
 
     engine = MontyEngine()
     try:
-        yield ExecuteService(
-            registry=registry, pool=pool, engine=engine, db=db, limits=settings.sandbox
-        )
+        async with UsageRecorder(db) as recorder:
+            yield ExecuteService(
+                registry=registry,
+                pool=pool,
+                engine=engine,
+                db=db,
+                recorder=recorder,
+                limits=settings.sandbox,
+            )
     finally:
         with anyio.CancelScope(shield=True):
             await engine.aclose()

@@ -40,6 +40,10 @@ class Executor(Protocol):
 
     async def execute(self, scope: Scope, params: ExecuteParams) -> dict[str, Any]: ...
 
+    async def flush(self) -> None:
+        """Write queued usage counts and traces now."""
+        ...
+
 
 _NOT_BUILT: dict[str, tuple[type[Any], str]] = {
     "pml_execute": (ExecuteParams, "pml_execute is not available yet: code execution is not built"),

@@ -110,6 +110,22 @@ def _version(row: sa.Row[Any]) -> VersionRecord:
     return VersionRecord(**dict(row._mapping))  # pyright: ignore[reportPrivateUsage]
 
 
+BY_CODE_HASH_STATEMENT = sa.select(records).where(
+    records.c.org == sa.bindparam("org", type_=sa.String()),
+    records.c.project == sa.bindparam("project", type_=sa.String()),
+    records.c.code_hash == sa.bindparam("code_hash", type_=sa.String()),
+)
+
+
+async def find_by_code_hash(
+    db: Database, org: str, project: str, code_hash: str
+) -> CapabilityRecord | None:
+    """Like ``SqlCapabilityRepository.find_by_code_hash``, outside any transaction (hot path)."""
+    params = {"org": org, "project": project, "code_hash": code_hash}
+    row = await db.first(BY_CODE_HASH_STATEMENT, params)
+    return _record(row) if row is not None else None
+
+
 async def resolve_reference(
     db: Database, scope: Scope, name: str
 ) -> tuple[CapabilityRecord, str | None] | None:
@@ -270,13 +286,19 @@ class SqlCapabilityRepository:
         self, fqdn: str, *, success: bool, latency_ms: float, at: datetime
     ) -> None:
         """Count one run: usage, success and latency are incremented in the database."""
+        await self.add_usage(fqdn, runs=1, successes=int(success), latency_ms=latency_ms, at=at)
+
+    async def add_usage(
+        self, fqdn: str, *, runs: int, successes: int, latency_ms: float, at: datetime
+    ) -> None:
+        """Count ``runs`` runs at once (a batch): increments, never a read-modify-write."""
         r = records.c
         await self.conn.execute(
             records.update()
             .where(r.fqdn == fqdn)
             .values(
-                usage_count=r.usage_count + 1,
-                success_count=r.success_count + (1 if success else 0),
+                usage_count=r.usage_count + runs,
+                success_count=r.success_count + successes,
                 total_latency_ms=r.total_latency_ms + latency_ms,
                 last_used_at=at,
             )

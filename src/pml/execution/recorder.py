@@ -1,0 +1,143 @@
+"""Usage counts and run traces, written in batches off the hot path.
+
+    async with UsageRecorder(db) as recorder:
+        recorder.count(fqdn, success=True, latency_ms=3.2)     # returns at once
+        recorder.trace(TraceRow(...))
+        await recorder.flush()                                 # tests, status: write now
+
+A run that reuses a capability must not wait for the database: its usage increment and
+trace are queued, and a background task writes everything queued in one transaction a
+moment later (``FLUSH_DELAY_S``). Closing the recorder writes what is left, so a clean
+shutdown loses nothing. A failed write is retried at the next flush; past ``MAX_PENDING``
+queued items the oldest are dropped, with a warning, rather than growing without bound.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import Final, Self
+
+import anyio
+import anyio.abc
+from sqlalchemy.exc import SQLAlchemyError
+
+from pml.errors import PmlError
+from pml.storage.capability_repo import SqlCapabilityRepository
+from pml.storage.database import Database
+from pml.storage.trace_repo import SqlTraceRepository, TraceRow
+from pml.storage.types import utc_now
+
+logger = logging.getLogger(__name__)
+
+FLUSH_DELAY_S: Final = 0.2
+MAX_PENDING: Final = 50_000
+
+
+@dataclass(slots=True)
+class _Usage:
+    runs: int = 0
+    successes: int = 0
+    latency_ms: float = 0.0
+    last_used_at: datetime | None = None
+
+
+class UsageRecorder:
+    """Queues usage increments and traces; writes them in batches (see module)."""
+
+    def __init__(self, db: Database, *, delay_s: float = FLUSH_DELAY_S) -> None:
+        self._db = db
+        self._delay_s = delay_s
+        self._usage: dict[str, _Usage] = {}
+        self._traces: list[TraceRow] = []
+        self._wake = anyio.Event()
+        self._write_lock = anyio.Lock()
+        self._tasks: anyio.abc.TaskGroup | None = None
+
+    async def __aenter__(self) -> Self:
+        self._tasks = anyio.create_task_group()
+        await self._tasks.__aenter__()
+        self._tasks.start_soon(self._loop)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        tasks, self._tasks = self._tasks, None
+        assert tasks is not None
+        tasks.cancel_scope.cancel()
+        await tasks.__aexit__(None, None, None)
+        with anyio.CancelScope(shield=True):
+            await self.flush()
+
+    def count(self, fqdn: str, *, success: bool, latency_ms: float) -> None:
+        """Queue one run of ``fqdn``."""
+        usage = self._usage.setdefault(fqdn, _Usage())
+        usage.runs += 1
+        usage.successes += int(success)
+        usage.latency_ms += max(0.0, latency_ms)
+        usage.last_used_at = utc_now()
+        self._queued()
+
+    def trace(self, row: TraceRow) -> None:
+        """Queue one run's trace."""
+        self._traces.append(row)
+        if len(self._traces) > MAX_PENDING:
+            dropped = len(self._traces) - MAX_PENDING
+            del self._traces[:dropped]
+            logger.warning("dropped %d run traces: the database is not keeping up", dropped)
+        self._queued()
+
+    @property
+    def pending(self) -> int:
+        """How many runs and traces wait to be written."""
+        return sum(u.runs for u in self._usage.values()) + len(self._traces)
+
+    async def flush(self) -> None:
+        """Write everything queued now (one transaction); on failure keep it for later."""
+        async with self._write_lock:
+            usage, self._usage = self._usage, {}
+            traces, self._traces = self._traces, []
+            if not usage and not traces:
+                return
+            try:
+                async with self._db.transaction() as conn:
+                    repo = SqlCapabilityRepository(conn)
+                    for fqdn, item in usage.items():
+                        await repo.add_usage(
+                            fqdn,
+                            runs=item.runs,
+                            successes=item.successes,
+                            latency_ms=item.latency_ms,
+                            at=item.last_used_at or utc_now(),
+                        )
+                    traces_repo = SqlTraceRepository(conn)
+                    for row in traces:
+                        await traces_repo.insert(row)
+            except (PmlError, SQLAlchemyError) as error:
+                logger.warning("usage and traces not written yet (will retry): %s", error)
+                self._requeue(usage, traces)
+
+    def _requeue(self, usage: dict[str, _Usage], traces: list[TraceRow]) -> None:
+        for fqdn, item in usage.items():
+            current = self._usage.setdefault(fqdn, _Usage())
+            current.runs += item.runs
+            current.successes += item.successes
+            current.latency_ms += item.latency_ms
+            current.last_used_at = current.last_used_at or item.last_used_at
+        self._traces[:0] = traces[-MAX_PENDING:]
+
+    def _queued(self) -> None:
+        self._wake.set()
+
+    async def _loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            await anyio.sleep(self._delay_s)  # gather what else arrives meanwhile
+            await self.flush()
