@@ -116,9 +116,7 @@ class UsageRecorder:
                             latency_ms=item.latency_ms,
                             at=item.last_used_at or utc_now(),
                         )
-                    traces_repo = SqlTraceRepository(conn)
-                    for row in traces:
-                        await traces_repo.insert(row)
+                    await SqlTraceRepository(conn).insert_many(traces)
             except (PmlError, SQLAlchemyError) as error:
                 logger.warning("usage and traces not written yet (will retry): %s", error)
                 self._requeue(usage, traces)

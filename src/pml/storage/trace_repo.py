@@ -41,7 +41,12 @@ class SqlTraceRepository:
         self.conn = conn
 
     async def insert(self, row: TraceRow) -> None:
-        await self.conn.execute(sa.insert(execution_traces).values(**asdict(row)))
+        await self.insert_many([row])
+
+    async def insert_many(self, rows: list[TraceRow]) -> None:
+        """One statement for a batch of runs."""
+        if rows:
+            await self.conn.execute(sa.insert(execution_traces), [asdict(row) for row in rows])
 
     async def for_capability(self, fqdn: str) -> list[sa.RowMapping]:
         """The runs recorded for a capability, oldest first."""
