@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import uuid
-from contextlib import AbstractAsyncContextManager
 
 import anyio
 import pytest
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pml.errors import StorageError
 from pml.execution.recorder import UsageRecorder
