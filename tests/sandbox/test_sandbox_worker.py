@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from e2e.support import process_tree
 from pml.sandbox.monty import MontyEngine
 from sandbox.kit import RecordingCaller, limits
 
@@ -20,19 +21,14 @@ SECRET = "pml-test-secret-5f2c9a"
 
 
 def _worker_environments() -> list[dict[str, str]]:
-    """The environments of this process's ``monty`` children (via ``/proc``)."""
+    """The environments of this process's ``monty`` worker processes (via ``/proc``)."""
     found: list[dict[str, str]] = []
-    me = str(os.getpid())
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+    for pid, argv in process_tree(os.getpid()).items():
+        if not any("monty" in part for part in argv):
             continue
         try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-            environ = (entry / "environ").read_bytes()
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:
-            continue
-        if stat[stat.rfind(")") + 2 :].split()[1] != me or b"monty" not in cmdline:
             continue
         pairs = (item.split(b"=", 1) for item in environ.split(b"\0") if b"=" in item)
         found.append({k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs})
