@@ -151,3 +151,11 @@ async def test_unicode_travels_both_ways(execute: Execute) -> None:
 async def test_tool_results_reach_the_snippet_as_structured_content(execute: Execute) -> None:
     answer = await execute(code="m = await mcp.a.mixed()\nreturn m")
     assert answer["result"] == {"n": 1, "nested": {"list": [1, 2.5, None, "x"]}}
+
+
+async def test_routing_is_inherited_from_the_tools_unless_overridden(execute: Execute) -> None:
+    pure = await execute(code="return 6 * 7")
+    local = await execute(code='return await mcp.a.echo(text="x")')
+    forced = await execute(code='return await mcp.b.echo(text="x")', routing="cloud")
+    assert (pure["routing"], local["routing"], forced["routing"]) == ("cloud", "local", "cloud")
+    assert (await execute.record(forced["capabilityFqdn"])).routing_override == "cloud"
