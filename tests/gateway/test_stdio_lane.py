@@ -21,7 +21,7 @@ import pytest
 from mcp.server import Server, ServerRequestContext
 
 from gateway.upstreams import UNICODE_TEXT, Upstream, gateway_settings
-from pml.gateway.fast_lane import PassThroughLane
+from pml.gateway.fast_lane import ToolCallLane
 from pml.gateway.server import Gateway, open_gateway
 from pml.gateway.stdio import MAX_LINE_BYTES, Pipes, claim_stdio, open_pipes, serve_on_pipes
 from pml.upstream.pool import ClientPool
@@ -68,7 +68,7 @@ class Waiter:
 class RecordingLane:
     """The real lane, remembering which lines it took."""
 
-    inner: PassThroughLane
+    inner: ToolCallLane
     taken: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
 
     def take(self, line: bytes, tasks: anyio.abc.TaskGroup) -> bool:
@@ -131,7 +131,7 @@ async def wire(gateway: Gateway) -> AsyncGenerator[Wire]:
             anyio.create_task_group() as tasks,
         ):
             lane = RecordingLane(
-                PassThroughLane(
+                ToolCallLane(
                     gateway.tools,
                     gateway.default_scope,
                     server_info=gateway.server.server_info_stamp,
@@ -402,3 +402,26 @@ async def test_claim_stdio_diverts_the_descriptors_and_restores_them() -> None:
     finally:
         for fd in (in_r, in_w, out_r, out_w):
             os.close(fd)
+
+
+async def test_the_gateway_s_own_tools_are_answered_by_the_lane(stdio_gateway: Gateway) -> None:
+    async with wire(stdio_gateway) as w:
+        await handshake(w)
+        listed = await w.request(call(1, "cap_list", {}))
+        seed = await w.request(call(2, "cap:list", {"named_only": True}))
+        executed = await w.request(
+            call(3, "pml_execute", {"intent": "add", "code": "return 1 + 2"})
+        )
+        refused = await w.request(call(4, "pml_execute", {"intent": ""}))
+        slow = await w.request(call(5, "cap_list", {}, _meta={"progressToken": "p"}))
+        fast = await w.request(call(6, "cap_list", {}))
+    assert w.taken_ids == [1, 2, 3, 4, 6]
+    assert listed["result"]["structuredContent"]["total"] == 0
+    assert "items" in seed["result"]["structuredContent"]
+    assert executed["result"]["structuredContent"]["result"] == 3
+    assert executed["result"]["isError"] is False
+    assert refused["result"]["isError"] is True
+    assert refused["result"]["structuredContent"]["error"]["code"] == "INVALID_INPUT"
+    as_model = mcp_types.CallToolResult.model_validate
+    assert as_model(slow["result"]) == as_model(fast["result"])
+    assert slow["result"]["structuredContent"]["total"] == 1

@@ -1,14 +1,16 @@
-"""The pass-through fast lane: ``server__tool`` calls answered without the SDK's dispatcher.
+"""The stdio fast lane: plain ``tools/call`` requests answered without the SDK's dispatcher.
 
-    lane = PassThroughLane(tools, scope, server_info=server.server_info_stamp,
+    lane = ToolCallLane(tools, scope, server_info=server.server_info_stamp,
                            write=pipes.write_line)
     await serve_on_pipes(server, pipes, lane=lane)
 
-A plain ``tools/call`` of a listed pass-through tool is the gateway's hot path. The lane
-reads it from the raw line, calls the upstream through ``GatewayTools.call_pass_through``
-(the same gate and errors as every other tool call) and writes the upstream result back,
-shaped for the client's protocol version by the SDK's own result surface — what the SDK
-server would have sent, minus its per-request machinery.
+A plain ``tools/call`` is the gateway's hot path. The lane reads it from the raw line and
+answers it itself: a listed pass-through tool (``server__tool``) through
+``GatewayTools.call_pass_through``, which hands the upstream result on as the server's
+JSON object; one of the gateway's own tools (``pml_execute``, ``cap_*``, ...) through
+``GatewayTools.call_tool`` — the same gate and errors as the SDK path. The result is shaped
+for the client's protocol version by the SDK's own result surface: what the SDK server
+would have sent, minus its per-request machinery (dispatcher, tracing middleware).
 
 Anything else goes to the SDK server untouched: the opening request (it decides the
 protocol generation), any request before a 2025-11-25 session is initialised, requests the
@@ -51,8 +53,8 @@ Era = Literal["opening", "handshake", "session", "modern"]
 RequestId = int | str
 
 
-class PassThroughLane:
-    """Answers plain pass-through ``tools/call`` lines of one stdio connection (see module)."""
+class ToolCallLane:
+    """Answers plain ``tools/call`` lines of one stdio connection (see module)."""
 
     def __init__(
         self,
@@ -131,12 +133,12 @@ class PassThroughLane:
         ):
             return False
         target = self._tools.pass_through_target(name)
-        if target is None:
+        if target is None and not self._tools.is_gateway_tool(name):
             return False
         call_arguments = cast("dict[str, Any] | None", arguments)
         scope = anyio.CancelScope()
         self._in_flight[request_id] = scope
-        tasks.start_soon(self._answer, request_id, version, target, call_arguments, scope)
+        tasks.start_soon(self._answer, request_id, version, name, target, call_arguments, scope)
         return True
 
     def _version_of(self, message: dict[str, Any], params: dict[str, Any]) -> str | None:
@@ -169,19 +171,28 @@ class PassThroughLane:
         self,
         request_id: RequestId,
         version: str,
-        target: tuple[str, str],
+        name: str,
+        target: tuple[str, str] | None,
         arguments: dict[str, Any] | None,
         scope: anyio.CancelScope,
     ) -> None:
         try:
             result: dict[str, Any] | None = None
             with scope:
-                server, tool = target
-                result = await self._tools.call_pass_through(self._scope, server, tool, arguments)
+                result = await self._call(name, target, arguments)
             if result is not None:  # a cancelled request is not answered
                 self._write(self._response(request_id, version, result))
         finally:
             self._in_flight.pop(request_id, None)
+
+    async def _call(
+        self, name: str, target: tuple[str, str] | None, arguments: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        if target is not None:
+            server, tool = target
+            return await self._tools.call_pass_through(self._scope, server, tool, arguments)
+        result = await self._tools.call_tool(self._scope, name, arguments)
+        return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     def _response(self, request_id: RequestId, version: str, result: dict[str, Any]) -> bytes:
         modern = version in MODERN_PROTOCOL_VERSIONS

@@ -36,7 +36,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pml import __version__
 from pml.config import Settings
 from pml.errors import PmlError, Unauthorized
-from pml.gateway.fast_lane import PassThroughLane
+from pml.gateway.fast_lane import ToolCallLane
 from pml.gateway.stdio import claim_stdio, serve_on_pipes
 from pml.gateway.tools import Executor, GatewayTools, error_result
 from pml.registry.routing import server_routing
@@ -274,7 +274,7 @@ async def serve_stdio(settings: Settings, *, pool: UpstreamPool | None = None) -
         if pipes is not None:
 
             async def on_pipes(gateway: Gateway) -> None:
-                lane = PassThroughLane(
+                lane = ToolCallLane(
                     gateway.tools,
                     gateway.default_scope,
                     server_info=gateway.server.server_info_stamp,

@@ -114,6 +114,11 @@ class GatewayTools:
             logger.exception("tool %s failed unexpectedly", message_value(name))
             return error_result(InternalError("Internal error while running the tool"))
 
+    def is_gateway_tool(self, name: str) -> bool:
+        """Whether ``name`` is one of the gateway's own tools (any accepted spelling)."""
+        canonical = _canonical(name)
+        return canonical in STATIC_TOOLS or canonical in self._cap_names
+
     def pass_through_target(self, name: str) -> tuple[str, str] | None:
         """``(server, tool)`` of a listed ``server__tool`` name, from what is known now (no I/O)."""
         found = self._pass_through.get(name) if self._expose_upstream else None
