@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pml.analysis.code_hash import normalized_code_hash, parse_snippet
-from pml.analysis.snippet import analyze_snippet, code_to_store
+from pml.analysis.snippet import SnippetAnalysis, analyze_snippet, code_to_store
 from pml.errors import InvalidInput
 
 FQDNS = {
@@ -232,11 +232,15 @@ def test_storing_always_parses_and_keeps_the_parameter_names(
     program: list[Any], uses: list[tuple[str, str]]
 ) -> None:
     code = _render(program, uses)
+    outcome: SnippetAnalysis | InvalidInput
     try:
-        analysis = analyze_snippet(code)
-    except InvalidInput as exc:  # only a secret that cannot leave its f-string
-        assert "secret-looking literal" in exc.message
+        outcome = analyze_snippet(code)
+    except InvalidInput as exc:
+        outcome = exc
+    if isinstance(outcome, InvalidInput):  # only a secret that cannot leave its f-string
+        assert "secret-looking literal" in outcome.message
         return
+    analysis = outcome
     result = code_to_store(analysis, {("fs", "read_json"): "acme.web.fs.read_json.ab12"})
     parse_snippet(result)
     again = analyze_snippet(result)
@@ -249,3 +253,32 @@ def test_storing_always_parses_and_keeps_the_parameter_names(
             or f"['{parameter.name}']" in result
         )
     assert ("fs", "read_json") not in again.servers_and_tools()
+
+
+def test_edits_in_format_specs_and_implicit_concatenation() -> None:
+    code = 'x = ("a: "\n     f"{await mcp.fs.read_json(path=1):>{await mcp.fs.width(n=2)}}")\n'
+    assert stored(code, FQDNS) == (
+        'x = ("a: "\n'
+        "     f\"{await mcp['acme.web.fs.read_json.ab12'](path=args['path']):"
+        ">{await mcp.fs.width(n=args['n'])}}\")\n"
+    )
+
+
+def test_constants_that_cannot_or_need_not_move_stay() -> None:
+    code = (
+        f'"""Docstring mentioning {GHP}."""\n'
+        "match event:\n"
+        f'    case {{"token": "{GHP}"}}:\n'
+        "        pass\n"
+        f'headers = {{"{GHP}": 1}}\n'
+        f'note = f"token {GHP} {{x}}"\n'
+    )
+    assert names(code) == []
+    assert stored(code) == code
+
+
+def test_secrets_in_expression_statements_are_lifted() -> None:
+    code = 'print(connect(password="hunter2"))\nawait client.login(f"{user}", "hunter2")\n'
+    assert stored(code) == (
+        'print(connect(password=args["password"]))\nawait client.login(f"{user}", "hunter2")\n'
+    )

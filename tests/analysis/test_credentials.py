@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import string
+import time
 
 import pytest
 
@@ -107,7 +108,7 @@ def test_empty_and_placeholder_values_are_not_secret_even_under_a_credential_key
         "Server=db;User Id=sa;Password=hunter2;",
         "https://api.example.com/v1/items?page=2&api_key=abc123",
         "q8Zt1LmX4vR7yN2kP9sJ3wB6",
-        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "h7Xq2Lm9Rt/4vBn8Kp3Zs6Wd1Yc5Fg0Jk+Ue2Ti9",
         "use token ghp_16C7e42F292c6912E7710c838347Ae178B4a here",
     ],
 )
@@ -149,10 +150,37 @@ def test_credential_shaped_values_are_secret_under_any_keyword(value: str) -> No
         "sk-learn",
         "short1",
         "",
+        "application/x-sv4cpio",
+        "PythonTestSuite/3.100",
+        "N18x509_attributes_st4DOLLAR_13E",
+        "0x1.921fb54442d18p+1",
+        "LOGINDISABLED AUTH=CRAM-MD5",
+        "shlex: token=EOF",
+        "Rebuild a proxy owned by manager, token=%r",
+        "Use AUTH=<mechanism>.",
+        '<assembly publicKeyToken="1fc8b3b9a1e18e3b" version="9.0.21022.8">',
     ],
 )
 def test_ordinary_values_are_not_secret(value: str) -> None:
     assert not looks_secret("value", value)
+
+
+@pytest.mark.parametrize(
+    ("keyword", "value"),
+    [
+        ("SERVER_AUTH", "1.3.6.1.5.5.7.3.1"),
+        ("MODULE_PWD_STATE", "yes"),
+        (
+            "public_key",
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl",
+        ),
+        ("publicKeyToken", "1fc8b3b9a1e18e3b"),
+        ("token", "%(token)s"),
+        ("password", "{password}"),
+    ],
+)
+def test_credential_looking_keywords_with_harmless_values(keyword: str, value: str) -> None:
+    assert not looks_secret(keyword, value)
 
 
 @pytest.mark.parametrize(
@@ -201,3 +229,23 @@ def test_random_tokens_are_flagged_by_entropy_most_of_the_time() -> None:
     alphabet = string.ascii_letters + string.digits
     tokens = ["".join(rng.choice(alphabet) for _ in range(32)) for _ in range(500)]
     assert sum(looks_random(token) for token in tokens) >= 490
+
+
+@pytest.mark.parametrize(
+    ("keyword", "value"),
+    [
+        ("x", "eyJ" * 33_000),
+        ("x", "a" * 100_000),
+        ("A" * 100_000, "v"),
+        ("x", "-----BEGIN" * 10_000),
+        ("x", "a://b:" + "c" * 100_000),
+        ("x", " bearer" * 14_000),
+        ("x", "a=b " * 25_000),
+        ("x", "0x" + "1" * 100_000),
+        ("x", "a:" * 50_000 + "@"),
+    ],
+)
+def test_hostile_values_are_checked_in_linear_time(keyword: str, value: str) -> None:
+    started = time.perf_counter()
+    looks_secret(keyword, value)
+    assert time.perf_counter() - started < 1.0  # quadratic patterns would take many seconds

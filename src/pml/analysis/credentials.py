@@ -1,5 +1,8 @@
 """Telling credentials from ordinary literals, so that secrets are never stored (SPEC §6).
 
+Every pattern here runs in linear time on hostile input (no unbounded run before a required
+suffix without a lookbehind anchoring it), since values come from untrusted code.
+
 ``looks_secret(keyword, value)`` flags a string when its keyword names a credential
 (``token``, ``api_key``, ``clientSecret``, ``X-Auth-Token``...), when its text has the shape
 of a known credential (``sk-...``, ``ghp_...``, ``AKIA...``, a JWT, ``Bearer ...``, a PEM
@@ -71,6 +74,7 @@ _DESCRIPTOR_WORDS = frozenset(
         "endpoint",
         "host",
         "header",
+        "hdr",
         "count",
         "length",
         "len",
@@ -96,14 +100,21 @@ _DESCRIPTOR_WORDS = frozenset(
         "timeout",
         "expiry",
         "expires",
+        "state",
+        "status",
+        "level",
     }
 )
 # Values that fill a credential-named field without being a credential.
 _PLACEHOLDER_VALUES = frozenset(
     {"", "none", "null", "true", "false", "basic", "bearer", "digest", "oauth", "oauth2", "ntlm"}
     | {"negotiate", "jwt", "token", "apikey", "api_key", "api-key", "xxx", "***", "redacted"}
+    | {"yes", "no", "on", "off", "enabled", "disabled", "required", "optional"}
 )
-_PLACEHOLDER = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|<[^<>]*>|\{\{[^{}]*\}\}")
+# ``${VAR}``, ``$VAR``, ``<token>``, ``{{ token }}``, ``{token}``, ``%s``, ``%(token)s``.
+_PLACEHOLDER = re.compile(
+    r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|<[^<>]*>|\{\{[^{}]*\}\}|\{[^{}]*\}|%(?:\([^()]*\))?[a-z]"
+)
 
 _VALUE_PATTERNS = re.compile(
     "|".join(
@@ -117,19 +128,22 @@ _VALUE_PATTERNS = re.compile(
             r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])",  # AWS access key id
             r"(?<![A-Za-z0-9])AIza[0-9A-Za-z_\-]{35}",  # Google API key
             r"(?<![A-Za-z0-9])npm_[A-Za-z0-9]{36}",
-            r"eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}",  # JWT header.payload
+            r"(?<![A-Za-z0-9_\-])eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}",  # JWT
             r"(?i:\bbearer\s+[A-Za-z0-9\-._~+/]{12,}=*)",
             r"(?i:^\s*basic\s+[A-Za-z0-9+/]{8,}={0,2}\s*$)",
             r"-----BEGIN[A-Z ]*PRIVATE KEY-----",
-            r"[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]+:[^/\s@]+@",  # scheme://user:password@
+            r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]+:[^/\s@]+@",  # user:pass@
         ]
     )
 )
 # ``password=...`` inside connection strings and query strings.
 _ASSIGNMENTS = re.compile(r"(?:^|[;&?\s])([A-Za-z][A-Za-z0-9_\-]*)=([^\s;&#]+)")
-_CAMEL = re.compile(r"([a-z0-9])([A-Z])|([A-Z]+)([A-Z][a-z])")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")  # zero-width: linear
 _NON_ALNUM = re.compile(r"[^a-z0-9]+")
-_HEX_OR_UUID = re.compile(r"[0-9a-fA-F]+|[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
+_HEX_OR_UUID = re.compile(
+    r"[0-9a-fA-F]+|[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"
+    r"|[+-]?0[xX][0-9a-fA-F]*(?:\.[0-9a-fA-F]*)?(?:[pP][+-]?[0-9]+)?"  # hex ints and floats
+)
 _PATH_SEPARATORS = re.compile(r"[/\\?&=#:;@]")
 _WORDS = re.compile(r"[A-Z]?[a-z]{3,}|[A-Z]{4,}|[0-9]{4,}")
 _PATH_LIKE = re.compile(r"^(?:[/~.]|[A-Za-z]:[\\/])|^[A-Za-z][A-Za-z0-9+.\-]*://|\.[A-Za-z]{1,5}$")
@@ -137,15 +151,14 @@ _PATH_LIKE = re.compile(r"^(?:[/~.]|[A-Za-z]:[\\/])|^[A-Za-z][A-Za-z0-9+.\-]*://
 
 def keyword_words(keyword: str) -> list[str]:
     """Lowercase words of a snake, camel, kebab or dotted name: ``xApiKey`` -> x, api, key."""
-    spaced = _CAMEL.sub(
-        lambda m: f"{m[1]}_{m[2]}" if m[1] is not None else f"{m[3]}_{m[4]}", keyword
-    )
-    return [word for word in _NON_ALNUM.split(spaced.lower()) if word]
+    return [word for word in _NON_ALNUM.split(_CAMEL.sub("_", keyword).lower()) if word]
 
 
 def is_secret_keyword(keyword: str) -> bool:
     """Whether a keyword names a credential (``api_key``), not something about one."""
     words = keyword_words(keyword)
+    if "public" in words:  # ``public_key``, ``publicKeyToken``: published, not secret
+        return False
     for index, word in enumerate(words):
         named = word in _SECRET_WORDS or (
             word == "key" and index > 0 and words[index - 1] in _KEY_QUALIFIERS
@@ -158,6 +171,19 @@ def is_secret_keyword(keyword: str) -> bool:
 def _is_placeholder(value: str) -> bool:
     text = value.strip()
     return text.lower() in _PLACEHOLDER_VALUES or _PLACEHOLDER.fullmatch(text) is not None
+
+
+def _named_value_is_secret(value: str) -> bool:
+    """A value under a credential keyword: anything real (OIDs, numbers and blanks aside)."""
+    return any(char.isalpha() for char in value) and not _is_placeholder(value)
+
+
+def _assignment_is_secret(keyword: str, value: str) -> bool:
+    """``password=...`` inside text: a credential keyword (not bare ``auth``), a real value."""
+    value = value.rstrip(".,;:)'\"")
+    if keyword_words(keyword) == ["auth"] or len(value) < 6:
+        return False
+    return is_secret_keyword(keyword) and _named_value_is_secret(value)
 
 
 def shannon_entropy(text: str) -> float:
@@ -199,7 +225,8 @@ def _token_looks_random(text: str) -> bool:
     return (
         shannon_entropy(text) >= threshold
         and _class_changes(text) >= 0.3
-        and _wordiness(text) < 0.75
+        and _wordiness(text) < 0.6
+        and max(len(run) for run in [*_WORDS.findall(text), ""]) < 10  # no long word
     )
 
 
@@ -213,11 +240,10 @@ def looks_random(text: str) -> bool:
 def _string_looks_secret(value: str, named: bool) -> bool:
     if _VALUE_PATTERNS.search(value) is not None:
         return True
-    if named and not _is_placeholder(value):
+    if named and _named_value_is_secret(value):
         return True
-    for match in _ASSIGNMENTS.finditer(value):
-        if is_secret_keyword(match[1]) and not _is_placeholder(match[2]):
-            return True
+    if any(_assignment_is_secret(m[1], m[2]) for m in _ASSIGNMENTS.finditer(value)):
+        return True
     return looks_random(value)
 
 

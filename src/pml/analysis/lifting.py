@@ -72,24 +72,43 @@ def _parses(text: str) -> bool:
     return True
 
 
-def subscript_text(code: str, place: Place, head: str, key: str) -> str | None:
+def subscript_text(
+    code: str,
+    place: Place,
+    head: str,
+    key: str,
+    quotes: dict[tuple[int, int], str | None] | None = None,
+) -> str | None:
     """``head["key"]`` spelled to replace ``code`` at ``place``; ``None`` if it cannot be.
 
     Outside f-strings the key is JSON-quoted. Inside one (Python 3.11: no backslashes, no
-    reuse of an enclosing quote) the first quote style under which the f-string still parses.
+    reuse of an enclosing quote) the first quote style under which the f-string still parses;
+    ``quotes`` caches that choice per innermost f-string, whose enclosing quotes all its
+    expressions share, so a long f-string is parsed a few times, not once per edit.
     """
     if not place.editable:
         return None
-    if place.fstring is None:
+    if place.fstring is None or place.inner is None:
         return f"{head}[{json.dumps(key, ensure_ascii=False)}]"
     if any(char in _UNQUOTABLE_IN_FSTRING for char in key):
         return None
-    root_start, root_end = place.fstring
-    for quote in _QUOTES:
-        text = f"{head}[{quote}{key}{quote}]"
-        if _parses(code[root_start : place.start] + text + code[place.end : root_end]):
-            return text
-    return None
+    cache = quotes if quotes is not None else {}
+    if place.inner not in cache:
+        root_start, root_end = place.fstring
+        cache[place.inner] = next(
+            (
+                quote
+                for quote in _QUOTES
+                if _parses(
+                    code[root_start : place.start]
+                    + f"{head}[{quote}{key}{quote}]"
+                    + code[place.end : root_end]
+                )
+            ),
+            None,
+        )
+    quote = cache[place.inner]
+    return None if quote is None else f"{head}[{quote}{key}{quote}]"
 
 
 def _schema(value: object, *, default: bool) -> dict[str, Any]:
@@ -110,12 +129,13 @@ class _Planner:
         self.parameters: dict[str, tuple[int, Parameter]] = {}  # name -> (first position, ...)
         self.edits: list[Edit] = []
         self.args_values: dict[str, set[str]] = {}  # args parameter -> its literal defaults
+        self.quotes: dict[tuple[int, int], str | None] = {}
 
     def add(self, position: int, parameter: Parameter) -> None:
         self.parameters[parameter.name] = (position, parameter)
 
     def edit(self, place: Place, key: str, line: int, *, secret: bool) -> bool:
-        text = subscript_text(self.code, place, "args", key)
+        text = subscript_text(self.code, place, "args", key, self.quotes)
         if text is None:
             if secret:
                 raise InvalidInput(

@@ -52,6 +52,7 @@ class Place:
     start: int
     end: int
     fstring: tuple[int, int] | None = None  # span of the outermost f-string around it
+    inner: tuple[int, int] | None = None  # span of the innermost one (same quoting inside)
     editable: bool = True  # False inside ``f"{expr=}"`` or when positions cannot be trusted
 
 
@@ -100,6 +101,7 @@ class _Frame:
     node: ast.AST
     context: str = ""  # the name a value is bound to: keyword, dict key, assignment target
     fstring: tuple[int, int] | None = None
+    inner: tuple[int, int] | None = None
     frozen: bool = False
     no_secrets: bool = False  # constants here are lifted otherwise, or cannot be replaced
 
@@ -193,10 +195,10 @@ class _Walker:
     def place(self, node: ast.expr, frame: _Frame) -> Place:
         start, end = self.source.span(node)
         if frame.frozen:
-            return Place(start, end, frame.fstring, editable=False)
+            return Place(start, end, frame.fstring, frame.inner, editable=False)
         # Positions inside f-strings are recomputed by the 3.11 parser: check them.
         trusted = frame.fstring is None or _parses_to(self.code[start:end], node)
-        return Place(start, end, frame.fstring, trusted)
+        return Place(start, end, frame.fstring, frame.inner, trusted)
 
     def push(
         self,
@@ -204,15 +206,16 @@ class _Walker:
         frame: _Frame,
         *,
         context: str = "",
-        fstring: tuple[int, int] | None = None,
+        inner: tuple[int, int] | None = None,
         frozen: bool = False,
         no_secrets: bool = False,
     ) -> None:
         """Stack a child; the f-string, frozen and no-secret marks pass down to descendants."""
-        fstring = frame.fstring or fstring
+        inner = inner or frame.inner
+        fstring = frame.fstring or inner
         frozen = frame.frozen or frozen
         no_secrets = frame.no_secrets or no_secrets
-        self.stack.append(_Frame(node, context, fstring, frozen, no_secrets))
+        self.stack.append(_Frame(node, context, fstring, inner, frozen, no_secrets))
 
     def run(self, tree: ast.Module) -> Scan:
         self.stack.append(_Frame(tree))
@@ -328,27 +331,29 @@ class _Walker:
         contexts = _contexts(node)
         inherit = isinstance(node, ast.List | ast.Tuple | ast.Set)
         keys = {id(key) for key in node.keys if key} if isinstance(node, ast.Dict) else set[int]()
-        # Constants in patterns cannot become expressions; dict keys are not secrets.
-        pattern = isinstance(node, ast.pattern)
+        # Constants in patterns cannot become expressions; dict keys are not secrets, nor are
+        # bare string statements (docstrings): they do nothing when the code runs.
+        docstring = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+        skip_all = docstring or isinstance(node, ast.pattern)
         for child in reversed(list(ast.iter_child_nodes(node))):  # popped in source order
             context = frame.context if inherit else contexts.get(id(child), "")
-            skip = pattern or id(child) in keys or id(child) in self.handled
+            skip = skip_all or id(child) in keys or id(child) in self.handled
             self.push(child, frame, context=context, no_secrets=skip)
 
     def push_fstring(self, node: ast.JoinedStr, frame: _Frame) -> None:
-        root = frame.fstring or self.source.span(node)
+        inner = self.source.span(node)
         values = node.values
         for index in reversed(range(len(values))):
             child = values[index]
             if not isinstance(child, ast.FormattedValue):
-                self.push(child, frame, fstring=root, no_secrets=True)  # literal text
+                self.push(child, frame, inner=inner, no_secrets=True)  # literal text
                 continue
             # ``f"{expr=}"`` prints the expression's source: editing it would change the output.
             before = _literal_str(values[index - 1]) if index > 0 else None
             start, end = self.source.span(child.value)
             expression = self.code[start:end].strip()
             debug = before is not None and before.rstrip().endswith("=") and expression in before
-            self.push(child, frame, fstring=root, frozen=debug)
+            self.push(child, frame, inner=inner, frozen=debug)
 
 
 def scan_snippet(tree: ast.Module, code: str) -> Scan:

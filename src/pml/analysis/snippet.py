@@ -136,11 +136,12 @@ def code_to_store(
     scan, plan = _scan_and_plan(code)
     edits = list(plan.edits)
     fqdns = capability_fqdns or {}
+    quotes: dict[tuple[int, int], str | None] = {}
     for reference in scan.references:
         site = reference.site
         fqdn = fqdns.get((site.namespace, site.name)) if site.namespace else None
         if fqdn is not None:
-            text = subscript_text(code, reference.place, MCP, fqdn)
+            text = subscript_text(code, reference.place, MCP, fqdn, quotes)
             if text is not None:  # else (inside ``f"{...=}"``) the display name stays
                 edits.append(Edit(reference.place.start, reference.place.end, text))
     stored = _apply(code, edits)
