@@ -22,6 +22,7 @@ from pml.registry.models import CapabilityRecord
 from pml.registry.routing import Routing
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityDraft, CapabilityRegistry
+from pml.storage.capability_repo import CodeOwner
 from pml.storage.trace_repo import TraceRow
 from pml.storage.types import utc_now
 
@@ -76,7 +77,7 @@ class CaptureService:
 
     async def capture(
         self, report: RunReport, name: str | None, routing: Routing | None
-    ) -> tuple[CapabilityRecord, bool]:
+    ) -> tuple[CapabilityRecord | CodeOwner, bool]:
         """Create the capability, or count a use of the one with the same code.
 
         Reusing a capability costs one read: its usage and the trace are queued (batched

@@ -53,8 +53,9 @@ from pml.registry.scope import Scope, Visibility, check_visibility
 from pml.registry.servers import ServerRegistration, register_server
 from pml.registry.versions import parse_version_spec, select_version, split_name_and_spec
 from pml.storage.capability_repo import (
+    CodeOwner,
     SqlCapabilityRepository,
-    find_by_code_hash,
+    find_code_owner,
     resolve_reference,
 )
 from pml.storage.database import Database
@@ -172,9 +173,9 @@ class CapabilityRegistry:
             versions = await SqlCapabilityRepository(conn).versions_of(resolved.record.fqdn)
         return resolved.record, list(reversed(versions)), resolved.deprecated_alias
 
-    async def find_by_code(self, scope: Scope, code_hash: str) -> CapabilityRecord | None:
+    async def find_by_code(self, scope: Scope, code_hash: str) -> CodeOwner | None:
         """The capability of the caller's org/project whose current code has this hash."""
-        return await find_by_code_hash(self._db, scope.org, scope.project, code_hash)
+        return await find_code_owner(self._db, scope.org, scope.project, code_hash)
 
     async def list(self, scope: Scope, query: ListQuery) -> Page:
         """One page of what ``scope`` may see."""

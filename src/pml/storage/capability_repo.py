@@ -11,14 +11,16 @@ transaction::
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pml.registry.models import AliasRecord, CapabilityRecord, ListQuery, Page, VersionRecord
 from pml.registry.patterns import LIKE_ESCAPE
+from pml.registry.routing import Routing
 from pml.registry.scope import Scope
 from pml.storage.database import Database
 from pml.storage.tables import (
@@ -110,20 +112,40 @@ def _version(row: sa.Row[Any]) -> VersionRecord:
     return VersionRecord(**dict(row._mapping))  # pyright: ignore[reportPrivateUsage]
 
 
-BY_CODE_HASH_STATEMENT = sa.select(records).where(
+@dataclass(frozen=True, slots=True)
+class CodeOwner:
+    """The few fields a reused capability's answer needs (``pml_execute``'s hot path)."""
+
+    fqdn: str
+    id: str
+    display_name: str
+    named: bool
+    routing: Routing
+
+
+_OWNER_COLUMNS = [records.c[name] for name in ("fqdn", "id", "display_name", "named", "routing")]
+BY_CODE_HASH_STATEMENT = sa.select(*_OWNER_COLUMNS).where(
     records.c.org == sa.bindparam("org", type_=sa.String()),
     records.c.project == sa.bindparam("project", type_=sa.String()),
     records.c.code_hash == sa.bindparam("code_hash", type_=sa.String()),
 )
 
 
-async def find_by_code_hash(
-    db: Database, org: str, project: str, code_hash: str
-) -> CapabilityRecord | None:
-    """Like ``SqlCapabilityRepository.find_by_code_hash``, outside any transaction (hot path)."""
+async def find_code_owner(db: Database, org: str, project: str, code_hash: str) -> CodeOwner | None:
+    """The capability of this org/project whose current code has this hash (hot path: one
+    indexed read of five columns, outside any transaction)."""
     params = {"org": org, "project": project, "code_hash": code_hash}
     row = await db.first(BY_CODE_HASH_STATEMENT, params)
-    return _record(row) if row is not None else None
+    if row is None:
+        return None
+    data = row._mapping  # pyright: ignore[reportPrivateUsage]
+    return CodeOwner(
+        fqdn=str(data["fqdn"]),
+        id=str(data["id"]),
+        display_name=str(data["display_name"]),
+        named=bool(data["named"]),
+        routing=cast("Routing", data["routing"]),
+    )
 
 
 async def resolve_reference(
