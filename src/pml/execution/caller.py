@@ -125,13 +125,13 @@ class RunCaller:
         started = time.perf_counter()
         budget.used(target.address)
         try:
-            result = await self._pool.call_tool(
+            result = await self._pool.call_tool_raw(
                 target.server, target.tool, arguments, timeout_s=max(budget.remaining_s(), 0.001)
             )
         except PmlError:
             budget.record(target.address, arguments, started, ok=False)
             raise
-        budget.record(target.address, arguments, started, ok=not result.is_error)
+        budget.record(target.address, arguments, started, ok=result.get("isError") is not True)
         raise_for_error(target.address, result)
         return snippet_value(result)
 

@@ -1,7 +1,6 @@
 """What a snippet sees of a tool result, and how arguments are checked (SPEC §4, §5).
 
->>> import mcp_types
->>> text = mcp_types.TextContent(type="text", text='{"n": 1}')
+>>> >>> text = mcp_types.TextContent(type="text", text='{"n": 1}')
 >>> snippet_value(mcp_types.CallToolResult(content=[text]))
 {'n': 1}
 >>> merged_args({"properties": {"path": {"default": "a.json"}}}, {"mode": "r"})
@@ -15,9 +14,8 @@ import json
 from collections.abc import Mapping
 from typing import Any, cast
 
-import mcp_types
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
+from jsonschema.exceptions import SchemaError, UnknownType
 
 from pml.errors import InvalidArgs
 from pml.sandbox.base import SnippetToolError
@@ -25,36 +23,47 @@ from pml.sandbox.base import SnippetToolError
 MAX_LISTED_FAILURES = 10
 
 
-def snippet_value(result: mcp_types.CallToolResult) -> Any:
-    """``structuredContent``, else the text parsed as JSON, else the text, else the blocks."""
-    if result.structured_content is not None:
-        return result.structured_content
-    blocks = result.content
-    if blocks and all(isinstance(block, mcp_types.TextContent) for block in blocks):
-        text = "\n".join(cast("mcp_types.TextContent", block).text for block in blocks)
+def snippet_value(result: Mapping[str, Any]) -> Any:
+    """``structuredContent``, else the text parsed as JSON, else the text, else the blocks.
+
+    ``result`` is a tool result as the server sent it (JSON object, protocol-checked).
+    """
+    structured = result.get("structuredContent")
+    if structured is not None:
+        return structured
+    blocks = _blocks(result)
+    texts = [b.get("text") for b in blocks if b.get("type") == "text"]
+    if blocks and len(texts) == len(blocks) and all(isinstance(t, str) for t in texts):
+        text = "\n".join(cast("list[str]", texts))
         try:
             return json.loads(text)
         except ValueError:
             return text
-    return [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in blocks]
+    return blocks
 
 
-def raise_for_error(tool: str, result: mcp_types.CallToolResult) -> None:
+def raise_for_error(tool: str, result: Mapping[str, Any]) -> None:
     """An ``isError`` result becomes the snippet's ``ToolError`` (``SnippetToolError``)."""
-    if not result.is_error:
-        return
-    message = _error_message(result)
-    raise SnippetToolError(tool, message)
+    if result.get("isError") is True:
+        raise SnippetToolError(tool, _error_message(result))
 
 
-def _error_message(result: mcp_types.CallToolResult) -> str:
-    structured: dict[str, Any] | None = result.structured_content
-    error: object = (structured or {}).get("error")
-    if isinstance(error, dict):
-        message: object = cast("dict[str, Any]", error).get("message")
-        if isinstance(message, str):
-            return message
-    texts = [b.text for b in result.content if isinstance(b, mcp_types.TextContent)]
+def _blocks(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    content: object = result.get("content")
+    if not isinstance(content, list):
+        return []
+    return [cast("dict[str, Any]", b) for b in cast("list[object]", content) if isinstance(b, dict)]
+
+
+def _error_message(result: Mapping[str, Any]) -> str:
+    structured: object = result.get("structuredContent")
+    if isinstance(structured, dict):
+        error: object = cast("dict[str, Any]", structured).get("error")
+        if isinstance(error, dict):
+            message: object = cast("dict[str, Any]", error).get("message")
+            if isinstance(message, str):
+                return message
+    texts = [b["text"] for b in _blocks(result) if isinstance(b.get("text"), str)]
     return "\n".join(texts) or "the tool reported an error"
 
 
@@ -73,10 +82,11 @@ def merged_args(schema: Mapping[str, Any], given: Mapping[str, Any] | None) -> d
 def check_args(schema: Mapping[str, Any], args: Mapping[str, Any], *, capability: str) -> None:
     """``INVALID_ARGS`` listing every way ``args`` fails ``schema`` (a bad schema: none)."""
     try:
+        Draft202012Validator.check_schema(dict(schema))
         validator = Draft202012Validator(dict(schema))
         found: list[Any] = list(validator.iter_errors(dict(args)))  # pyright: ignore[reportUnknownMemberType]
         failures = sorted(found, key=lambda e: [str(part) for part in e.absolute_path])
-    except SchemaError:
+    except (SchemaError, UnknownType):
         return  # a stored schema PML did not write; the code checks its own arguments
     if not failures:
         return
