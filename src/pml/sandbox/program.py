@@ -31,12 +31,14 @@ Example::
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 
 from pml.analysis.code_hash import parse_snippet
 from pml.errors import CodeTooLarge, ExecutionFailed
 
 BRIDGE = "_pml_call"
+PROGRAM_CACHE_SIZE = 128
 """The host function behind every tool call: ``_pml_call(namespace, name, args, kwargs)``."""
 
 TOOL_ERROR_MODULE = "binascii"
@@ -114,7 +116,16 @@ class Program:
 
 
 def prepare(code: str, *, max_code_bytes: int) -> Program:
-    """Check ``code`` and wrap it; ``CodeTooLarge``, ``CodeSyntaxError``, ``ExecutionFailed``."""
+    """Check ``code`` and wrap it; ``CodeTooLarge``, ``CodeSyntaxError``, ``ExecutionFailed``.
+
+    Programs are immutable: the same snippet run again (a capability called by name) reuses
+    its checked program (only successes are cached).
+    """
+    return _prepare(code, max_code_bytes)
+
+
+@functools.lru_cache(maxsize=PROGRAM_CACHE_SIZE)
+def _prepare(code: str, max_code_bytes: int) -> Program:
     size = len(code.encode("utf-8", "surrogatepass"))
     if size > max_code_bytes:
         raise CodeTooLarge(f"Code size exceeds maximum: {size} bytes (max: {max_code_bytes})")
