@@ -5,9 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from mcp import Client
 
 from execution.conftest import Execute
-from gateway.upstreams import Upstream
+from gateway.upstreams import NO_SUCH_COMMAND, Upstream, gateway_settings
+from pml.config import ServerSettings
+from pml.gateway.server import open_gateway
+from pml.upstream.pool import ClientPool
 
 pytestmark = pytest.mark.anyio
 
@@ -144,3 +148,14 @@ async def test_a_lone_surrogate_in_a_result_fails_cleanly_or_round_trips(execute
         assert await execute.stored() == NOTHING
     else:
         assert isinstance(data["result"], str)
+
+
+async def test_a_server_that_cannot_start_is_upstream_unavailable(sqlite_url: str) -> None:
+    pool = ClientPool({"broken": ServerSettings(command=NO_SUCH_COMMAND)})
+    settings = gateway_settings(sqlite_url, expose_upstream=False)
+    async with open_gateway(settings, pool=pool) as gateway, Client(gateway.server) as client:
+        execute = Execute(client, gateway)
+        error = await execute.error(code="return await mcp.broken.anything(x=1)")
+        assert error["code"] == "UPSTREAM_UNAVAILABLE"
+        assert "broken" in error["message"]
+        assert await execute.stored() == NOTHING
