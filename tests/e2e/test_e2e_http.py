@@ -198,3 +198,38 @@ def test_the_key_list_shows_each_org_but_never_a_key(deployment: Deployment) -> 
     assert {"acme", "globex"} <= {item["org"] for item in listed["items"]}
     for key in deployment.keys.values():
         assert key not in json.dumps(listed)
+
+
+async def test_pml_execute_over_http_learns_in_the_key_s_scope_only(
+    deployment: Deployment,
+) -> None:
+    url = deployment.gateway.mcp_url
+    code = "said = await mcp.everything.echo(message='over http')\nreturn said"
+    async with (
+        http_client(url, deployment.keys["acme"]) as acme,
+        http_client(url, deployment.keys["globex"]) as globex,
+    ):
+        mine = result_json(
+            await acme.call_tool(
+                "pml_execute", {"intent": "echo", "code": code, "name": "http:echo"}
+            )
+        )
+        theirs_by_name = await globex.call_tool(
+            "pml_execute", {"intent": "steal", "capability": "http:echo"}
+        )
+        theirs_by_fqdn = await globex.call_tool(
+            "pml_execute", {"intent": "steal", "capability": mine["capabilityFqdn"]}
+        )
+        theirs = result_json(
+            await globex.call_tool("pml_execute", {"intent": "echo", "code": code})
+        )
+        again = result_json(
+            await acme.call_tool("pml_execute", {"intent": "again", "capability": "http:echo"})
+        )
+    assert mine["result"] == "Echo: over http"
+    assert mine["capabilityFqdn"].startswith("acme.web.http.echo.")
+    assert error_of(theirs_by_name)["message"] == "Capability not found: http:echo"
+    assert error_of(theirs_by_fqdn)["code"] == "NOT_FOUND"
+    assert theirs["created"] is True
+    assert theirs["capabilityFqdn"].startswith("globex.web.")
+    assert again["capabilityFqdn"] == mine["capabilityFqdn"]
