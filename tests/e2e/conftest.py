@@ -27,7 +27,10 @@ IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 def _unavailable(message: str) -> NoReturn:
     if IN_CI:
         pytest.fail(f"{message} (CI=true requires the end-to-end suite)")
-    pytest.skip(message)
+    pytest.skip(
+        f"{message}; run scripts/e2e-deps.sh (needs npm and the npm registry) or set CI=true "
+        "to make this a failure"
+    )
 
 
 @pytest.fixture(scope="session")

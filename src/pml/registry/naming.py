@@ -287,10 +287,6 @@ async def check_name_before_run(db: Database, scope: Scope, name: object, code_h
         repo = SqlCapabilityRepository(conn)
         existing = await repo.find_by_code_hash(scope.org, scope.project, code_hash)
         owner = existing.fqdn if existing is not None else None
-        for found in (
-            await repo.name_owner(scope.org, scope.project, valid),
-            await repo.tool_name_owner(scope.org, scope.project, valid),
-        ):
-            if found is not None and found != owner:
-                raise NameTaken(taken_message(valid, scope))
+        # The tool name depends on the namespace capture picks; capture checks it then.
+        await ensure_name_free(repo, scope, valid, valid, owner=owner)
     return valid
