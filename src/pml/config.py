@@ -196,6 +196,8 @@ class Settings(BaseSettings):
     servers: dict[ServerName, ServerSettings] = {}  # pydantic copies mutable defaults
     servers_file: Path | None = None
     expose_upstream: bool = False
+    # tools/list page size: one page holds every tool of a usual install (cursors beyond).
+    tools_page_size: int = Field(default=10_000, ge=1, le=100_000)
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     llm: LlmSettings | None = None

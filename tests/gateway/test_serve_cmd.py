@@ -156,12 +156,14 @@ async def test_over_stdio_stdout_carries_the_protocol_and_nothing_else(tmp_path:
                 received += chunk
             assert await process.wait() == -signal.SIGTERM
     assert marker.read_text() == "stopped"
-    messages = [json.loads(line) for line in received.decode().splitlines()]
-    assert [message["id"] for message in messages] == [1, 2, 3]
-    names = [t["name"] for t in messages[1]["result"]["tools"]]
+    # Every line is a JSON-RPC answer; concurrent requests may be answered in any order.
+    messages = {message["id"]: message for message in map(json.loads, received.splitlines())}
+    assert sorted(messages) == [1, 2, 3]
+    assert received.count(b"\n") == 3
+    names = [t["name"] for t in messages[2]["result"]["tools"]]
     assert names[:2] == ["pml_discover", "pml_execute"]
     assert "a__echo" in names
-    assert messages[2]["result"]["structuredContent"]["server"] == "a"
+    assert messages[3]["result"]["structuredContent"]["server"] == "a"
 
 
 CLI_MAIN = """

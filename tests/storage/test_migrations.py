@@ -31,7 +31,7 @@ def _differences(conn: sa.Connection) -> list[object]:
 async def test_a_blank_database_is_migrated_to_head_on_open(blank_url: str) -> None:
     db = await Database.open(blank_url)
     try:
-        assert await db.current_revision() == head_revision() == "0004"
+        assert await db.current_revision() == head_revision() == "0005"
         async with db.read() as conn:
             differences = await conn.run_sync(_differences)
         assert differences == []
@@ -52,7 +52,7 @@ async def test_upgrading_twice_changes_nothing(blank_url: str) -> None:
         await db.close()
 
 
-@pytest.mark.parametrize("previous", ["0002", "0003"])
+@pytest.mark.parametrize("previous", ["0002", "0003", "0004"])
 async def test_upgrade_from_an_earlier_revision_keeps_existing_data(
     blank_url: str, previous: str
 ) -> None:
@@ -87,7 +87,7 @@ async def test_upgrade_from_an_earlier_revision_keeps_existing_data(
         async with db.transaction() as conn:
             await conn.execute(capability_records.insert().values(row))
         await db.upgrade()
-        assert await db.current_revision() == "0004"
+        assert await db.current_revision() == "0005"
         registry = CapabilityRegistry(db)
         found = (await registry.resolve(Scope("acme", "webapp", "erwan"), "fs:read_json")).record
         assert (found.usage_count, found.created_at, found.tools_used) == (
@@ -113,6 +113,6 @@ async def test_downgrade_to_base_and_back_works(blank_url: str) -> None:
             await conn.run_sync(lambda sync: command.downgrade(_alembic_config(sync), "base"))
         assert await db.current_revision() is None
         await db.upgrade()
-        assert await db.current_revision() == "0004"
+        assert await db.current_revision() == "0005"
     finally:
         await db.close()

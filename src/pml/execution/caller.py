@@ -29,6 +29,8 @@ from pml.upstream.base import UpstreamPool
 MAX_NESTING = 8
 
 NestedRun = Callable[[str, dict[str, Any], "Budget", tuple[str, ...]], Awaitable[Any]]
+# (server, tool, latency_ms, success) of every upstream call: the ``tool_usage`` rows.
+ToolCallCounter = Callable[[str, str, float, bool], None]
 
 
 @dataclass(slots=True)
@@ -100,12 +102,14 @@ class RunCaller:
         pool: UpstreamPool,
         nested: NestedRun,
         chain: tuple[str, ...] = (),
+        on_tool_call: ToolCallCounter | None = None,
     ) -> None:
         self._plan = plan
         self._budget = budget
         self._pool = pool
         self._nested = nested
         self._chain = chain
+        self._on_tool_call = on_tool_call
 
     async def call_tool(self, ref: ToolRef, arguments: dict[str, Any]) -> Any:
         target = self._plan.targets.get((ref.namespace, ref.name))
@@ -129,11 +133,19 @@ class RunCaller:
                 target.server, target.tool, arguments, timeout_s=max(budget.remaining_s(), 0.001)
             )
         except PmlError:
-            budget.record(target.address, arguments, started, ok=False)
+            self._finished(target, arguments, started, ok=False)
             raise
-        budget.record(target.address, arguments, started, ok=result.get("isError") is not True)
+        self._finished(target, arguments, started, ok=result.get("isError") is not True)
         raise_for_error(target.address, result)
         return snippet_value(result)
+
+    def _finished(
+        self, target: Target, arguments: dict[str, Any], started: float, *, ok: bool
+    ) -> None:
+        self._budget.record(target.address, arguments, started, ok=ok)
+        if self._on_tool_call is not None:
+            latency_ms = (time.perf_counter() - started) * 1000
+            self._on_tool_call(target.server, target.tool, latency_ms, ok)
 
     async def _capability(self, target: Target, arguments: dict[str, Any]) -> Any:
         if target.fqdn in self._chain:

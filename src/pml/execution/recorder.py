@@ -3,13 +3,15 @@
     async with UsageRecorder(db) as recorder:
         recorder.count(fqdn, success=True, latency_ms=3.2)     # returns at once
         recorder.trace(TraceRow(...))
+        recorder.tool_call(scope, "filesystem", "read_file", latency_ms=1.1, success=True)
         await recorder.flush()                                 # tests, status: write now
 
 A run that reuses a capability must not wait for the database: its usage increment and
-trace are queued, and a background task writes everything queued in one transaction a
-moment later (``FLUSH_DELAY_S``). Closing the recorder writes what is left, so a clean
-shutdown loses nothing. A failed write is retried at the next flush; past ``MAX_PENDING``
-queued items the oldest are dropped, with a warning, rather than growing without bound.
+trace are queued, like the ``tool_usage`` row of every tool call, and a background task
+writes everything queued in one transaction a moment later (``FLUSH_DELAY_S``). Closing
+the recorder writes what is left, so a clean shutdown loses nothing. A failed write is
+retried at the next flush; past ``MAX_PENDING`` queued items the oldest are dropped, with a
+warning, rather than growing without bound.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ import anyio.abc
 from sqlalchemy.exc import SQLAlchemyError
 
 from pml.errors import PmlError
+from pml.registry.scope import Scope
 from pml.storage.capability_repo import SqlCapabilityRepository
 from pml.storage.database import Database
 from pml.storage.trace_repo import SqlTraceRepository, TraceRow
 from pml.storage.types import utc_now
+from pml.storage.usage_repo import SqlToolUsageRepository, ToolUsageRow
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +56,7 @@ class UsageRecorder:
         self._delay_s = delay_s
         self._usage: dict[str, _Usage] = {}
         self._traces: list[TraceRow] = []
+        self._calls: list[ToolUsageRow] = []
         self._wake = anyio.Event()
         self._write_lock = anyio.Lock()
         self._tasks: anyio.abc.TaskGroup | None = None
@@ -93,17 +98,40 @@ class UsageRecorder:
             logger.warning("dropped %d run traces: the database is not keeping up", dropped)
         self._queued()
 
+    def tool_call(
+        self, scope: Scope, server_id: str, tool: str, *, latency_ms: float, success: bool
+    ) -> None:
+        """Queue the ``tool_usage`` row of one tool call (upstream tool or capability)."""
+        self._calls.append(
+            ToolUsageRow(
+                server_id=server_id[:128],
+                tool_name=tool[:400],
+                latency_ms=max(0.0, latency_ms),
+                success=success,
+                org=scope.org,
+                project=scope.project,
+                user_id=scope.user,
+                called_at=utc_now(),
+            )
+        )
+        if len(self._calls) > MAX_PENDING:
+            dropped = len(self._calls) - MAX_PENDING
+            del self._calls[:dropped]
+            logger.warning("dropped %d tool usage rows: the database is not keeping up", dropped)
+        self._queued()
+
     @property
     def pending(self) -> int:
-        """How many runs and traces wait to be written."""
-        return sum(u.runs for u in self._usage.values()) + len(self._traces)
+        """How many runs, traces and tool calls wait to be written."""
+        return sum(u.runs for u in self._usage.values()) + len(self._traces) + len(self._calls)
 
     async def flush(self) -> None:
         """Write everything queued now (one transaction); on failure keep it for later."""
         async with self._write_lock:
             usage, self._usage = self._usage, {}
             traces, self._traces = self._traces, []
-            if not usage and not traces:
+            calls, self._calls = self._calls, []
+            if not usage and not traces and not calls:
                 return
             try:
                 async with self._db.transaction() as conn:
@@ -117,11 +145,14 @@ class UsageRecorder:
                             at=item.last_used_at or utc_now(),
                         )
                     await SqlTraceRepository(conn).insert_many(traces)
+                    await SqlToolUsageRepository(conn).insert_many(calls)
             except (PmlError, SQLAlchemyError) as error:
                 logger.warning("usage and traces not written yet (will retry): %s", error)
-                self._requeue(usage, traces)
+                self._requeue(usage, traces, calls)
 
-    def _requeue(self, usage: dict[str, _Usage], traces: list[TraceRow]) -> None:
+    def _requeue(
+        self, usage: dict[str, _Usage], traces: list[TraceRow], calls: list[ToolUsageRow]
+    ) -> None:
         for fqdn, item in usage.items():
             current = self._usage.setdefault(fqdn, _Usage())
             current.runs += item.runs
@@ -129,6 +160,7 @@ class UsageRecorder:
             current.latency_ms += item.latency_ms
             current.last_used_at = current.last_used_at or item.last_used_at
         self._traces[:0] = traces[-MAX_PENDING:]
+        self._calls[:0] = calls[-MAX_PENDING:]
 
     def _queued(self) -> None:
         self._wake.set()

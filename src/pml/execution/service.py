@@ -20,7 +20,7 @@ from typing import Any
 
 from pml.analysis.snippet import SnippetAnalysis, analyze_snippet
 from pml.config import SandboxSettings
-from pml.errors import ExecutionFailed, InvalidInput, PmlError
+from pml.errors import ExecutionFailed, InvalidInput, NotFound, PmlError
 from pml.execution.caller import Budget, RunCaller
 from pml.execution.capture import CaptureService, RunReport
 from pml.execution.recorder import UsageRecorder
@@ -29,11 +29,13 @@ from pml.execution.suggest import suggestions
 from pml.execution.values import check_args, merged_args
 from pml.gateway.schemas import ExecuteParams
 from pml.registry import naming
+from pml.registry.fqdn import message_value
 from pml.registry.models import Resolved
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityRegistry
 from pml.sandbox.base import RunOutcome, SandboxEngine, SnippetToolError
 from pml.storage.database import Database
+from pml.storage.usage_repo import CAPABILITY_SERVER_ID
 from pml.upstream.base import UpstreamPool
 
 logger = logging.getLogger(__name__)
@@ -80,7 +82,8 @@ class ExecuteService:
         if params.code is not None:
             return await self._direct(scope, params, params.code)
         if params.capability is not None:
-            return await self._by_name(scope, params, params.capability)
+            limits = self._limits_for(params)
+            return await self._by_name(scope, params.capability, params.args or {}, limits)
         found = await suggestions(
             params.intent, scope=scope, registry=self._registry, pool=self._pool
         )
@@ -131,16 +134,32 @@ class ExecuteService:
 
     # -- by name ---------------------------------------------------------------------------
 
-    async def _by_name(self, scope: Scope, params: ExecuteParams, name: str) -> dict[str, Any]:
+    async def run_capability(self, scope: Scope, ref: str, args: dict[str, Any]) -> dict[str, Any]:
+        """A named capability called as an MCP tool: the by-name path, named ones only."""
+        return await self._by_name(scope, ref, args, self._limits, named_only=True)
+
+    async def _by_name(
+        self,
+        scope: Scope,
+        name: str,
+        args: dict[str, Any],
+        limits: SandboxSettings,
+        *,
+        named_only: bool = False,
+    ) -> dict[str, Any]:
         started = time.perf_counter()
         resolved = await self._registry.resolve(scope, name)
-        budget = Budget.start(self._limits_for(params))
+        if named_only and not (
+            resolved.record.named and resolved.record.record_type == "capability"
+        ):
+            raise NotFound(f"Capability not found: {message_value(name)}")
+        budget = Budget.start(limits)
         try:
-            outcome = await self._run_resolved(scope, resolved, params.args or {}, budget, ())
+            outcome = await self._run_resolved(scope, resolved, args, budget, ())
         except PmlError:
-            await self._count(resolved, success=False, started=started)
+            self._count(scope, resolved, success=False, started=started)
             raise
-        elapsed_ms = await self._count(resolved, success=True, started=started)
+        elapsed_ms = self._count(scope, resolved, success=True, started=started)
         record = resolved.record
         answer = _success(
             outcome,
@@ -166,11 +185,11 @@ class ExecuteService:
         try:
             outcome = await self._run_resolved(scope, resolved, args, budget, chain)
         except PmlError as error:
-            await self._count(resolved, success=False, started=started)
+            self._count(scope, resolved, success=False, started=started)
             if error.code in ("EXECUTION_FAILED", "TOOL_ERROR", "INVALID_ARGS"):
                 raise SnippetToolError(fqdn, error.message) from None
             raise
-        await self._count(resolved, success=True, started=started)
+        self._count(scope, resolved, success=True, started=started)
         return outcome.value
 
     async def _run_resolved(
@@ -216,12 +235,22 @@ class ExecuteService:
         ) -> Any:
             return await self.run_nested(scope, fqdn, arguments, shared, path)
 
-        caller = RunCaller(plan, budget, pool=self._pool, nested=nested, chain=chain)
+        def counted(server: str, tool: str, latency_ms: float, ok: bool) -> None:
+            self._recorder.tool_call(scope, server, tool, latency_ms=latency_ms, success=ok)
+
+        caller = RunCaller(
+            plan, budget, pool=self._pool, nested=nested, chain=chain, on_tool_call=counted
+        )
         return await self._engine.run(code, args=args, caller=caller, limits=budget.limits())
 
-    async def _count(self, resolved: Resolved, *, success: bool, started: float) -> float:
+    def _count(self, scope: Scope, resolved: Resolved, *, success: bool, started: float) -> float:
+        """Count one run of a capability: its usage stats and its ``tool_usage`` row."""
         elapsed_ms = (time.perf_counter() - started) * 1000
-        self._recorder.count(resolved.record.fqdn, success=success, latency_ms=elapsed_ms)
+        fqdn = resolved.record.fqdn
+        self._recorder.count(fqdn, success=success, latency_ms=elapsed_ms)
+        self._recorder.tool_call(
+            scope, CAPABILITY_SERVER_ID, fqdn, latency_ms=elapsed_ms, success=success
+        )
         return elapsed_ms
 
     def _limits_for(self, params: ExecuteParams) -> SandboxSettings:

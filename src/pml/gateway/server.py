@@ -17,7 +17,6 @@ import logging
 import shlex
 import signal
 import threading
-import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -25,20 +24,20 @@ from typing import Any
 
 import anyio
 import mcp_types
-from mcp.server import NotificationOptions, Server, ServerRequestContext
-from mcp.server.connection import Connection
+from mcp.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.stdio import stdio_server
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPError
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from pml import __version__
 from pml.config import Settings
-from pml.errors import PmlError, Unauthorized
+from pml.errors import InvalidInput, PmlError, Unauthorized
+from pml.gateway.capability_tools import CapabilityToolCatalog
 from pml.gateway.fast_lane import ToolCallLane
+from pml.gateway.notify import Context, ToolListNotifier
 from pml.gateway.stdio import claim_stdio, serve_on_pipes
-from pml.gateway.tools import Executor, GatewayTools, error_result
+from pml.gateway.tools import Executor, GatewayTools, UsageSink, error_result
+from pml.gateway.watch import ToolListWatcher
 from pml.registry.routing import server_routing
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityRegistry
@@ -57,35 +56,6 @@ INSTRUCTIONS = (
     "calls them (successful snippets become capabilities) or a capability by name, and the "
     "cap_* tools to list, look up, rename and curate capabilities."
 )
-
-Context = ServerRequestContext[dict[str, Any], Any]
-
-
-class ToolListNotifier:
-    """Tells connected clients that the tool list changed, in both protocol generations.
-
-    2026-07-28 clients ``subscriptions/listen`` (served from ``bus``); 2025-11-25 sessions get
-    ``notifications/tools/list_changed`` on their standalone stream once they listed tools.
-    """
-
-    def __init__(self) -> None:
-        self.bus = InMemorySubscriptionBus()
-        self._connections: weakref.WeakSet[Connection] = weakref.WeakSet()
-
-    def track(self, ctx: Context) -> None:
-        """Remember a session-era connection that has listed or called tools."""
-        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            return
-        # The SDK hands handlers the connection only through the session (TODO(L54) there).
-        connection = ctx.session._connection  # pyright: ignore[reportPrivateUsage]
-        if connection.has_standalone_channel:
-            self._connections.add(connection)
-
-    async def tools_changed(self) -> None:
-        """Send ``tools/list_changed`` to every listening client (best effort, never raises)."""
-        await self.bus.publish(ToolsListChanged())
-        for connection in list(self._connections):
-            await connection.send_tool_list_changed()
 
 
 class GatewayServer(Server[dict[str, Any]]):
@@ -120,28 +90,39 @@ def caller_scope(ctx: Context, default_scope: Scope) -> Scope:
     raise Unauthorized("This request carries no authenticated scope")
 
 
-def build_server(tools: GatewayTools, *, default_scope: Scope) -> GatewayServer:
+def build_server(
+    tools: GatewayTools, *, default_scope: Scope, notifier: ToolListNotifier | None = None
+) -> GatewayServer:
     """The MCP server exposing ``tools``; a request without an API-key scope uses the default."""
-    notifier = ToolListNotifier()
+    notifier = notifier if notifier is not None else ToolListNotifier()
+
+    def request_scope(ctx: Context) -> Scope:
+        try:
+            return caller_scope(ctx, default_scope)
+        except Unauthorized as error:
+            raise MCPError(mcp_types.INVALID_REQUEST, error.message) from None
 
     async def on_list_tools(
         ctx: Context, params: mcp_types.PaginatedRequestParams | None
     ) -> mcp_types.ListToolsResult:
-        notifier.track(ctx)
+        scope = request_scope(ctx)
+        notifier.track(ctx, scope)
         try:
-            scope = caller_scope(ctx, default_scope)
-        except Unauthorized as error:
-            raise MCPError(mcp_types.INVALID_REQUEST, error.message) from None
-        return mcp_types.ListToolsResult(tools=await tools.list_tools(scope))
+            page, next_cursor = await tools.list_page(scope, params.cursor if params else None)
+        except InvalidInput as error:
+            raise MCPError(mcp_types.INVALID_PARAMS, error.message) from None
+        except PmlError as error:
+            raise MCPError(mcp_types.INTERNAL_ERROR, error.message) from None
+        return mcp_types.ListToolsResult(tools=page, next_cursor=next_cursor)
 
     async def on_call_tool(
         ctx: Context, params: mcp_types.CallToolRequestParams
     ) -> mcp_types.CallToolResult:
-        notifier.track(ctx)
         try:
             scope = caller_scope(ctx, default_scope)
         except PmlError as error:
             return error_result(error)
+        notifier.track(ctx, scope)
         return await tools.call_tool(scope, params.name, params.arguments)
 
     server = GatewayServer(
@@ -152,7 +133,7 @@ def build_server(tools: GatewayTools, *, default_scope: Scope) -> GatewayServer:
         get_tool_input_schema=tools.input_schema,
         on_list_tools=on_list_tools,
         on_call_tool=on_call_tool,
-        on_subscriptions_listen=ListenHandler(notifier.bus),
+        on_subscriptions_listen=notifier.listen_handler(request_scope),
     )
     server.notifier = notifier
     tools.on_tools_changed(notifier.tools_changed)
@@ -171,6 +152,8 @@ class Gateway:
     server: GatewayServer
     default_scope: Scope
     executor: Executor
+    catalog: CapabilityToolCatalog
+    watcher: ToolListWatcher
 
     async def notify_tools_changed(self) -> None:
         """Tell connected clients to list tools again (e.g. after a capability rename)."""
@@ -190,17 +173,34 @@ async def open_gateway(
             await upstream.start()
             default_scope = scope_of(settings)
             await register_servers(registry, settings, default_scope)
-            async with open_executor(settings, db, registry, upstream) as executor:
+            async with open_executor(settings, db, registry, upstream) as (executor, recorder):
+                catalog = CapabilityToolCatalog(db)
+                notifier = ToolListNotifier()
+                watcher = ToolListWatcher(catalog, notifier, db, origin=registry.origin)
+                registry.on_change(watcher.registry_changed)
                 tools = GatewayTools(
                     CapTools(registry),
                     upstream,
                     expose_upstream=settings.expose_upstream,
                     executor=executor,
+                    catalog=catalog,
+                    usage=recorder,
+                    page_size=settings.tools_page_size,
                 )
-                server = build_server(tools, default_scope=default_scope)
-                yield Gateway(
-                    settings, db, registry, upstream, tools, server, default_scope, executor
-                )
+                server = build_server(tools, default_scope=default_scope, notifier=notifier)
+                async with watcher.running():
+                    yield Gateway(
+                        settings,
+                        db,
+                        registry,
+                        upstream,
+                        tools,
+                        server,
+                        default_scope,
+                        executor,
+                        catalog,
+                        watcher,
+                    )
         finally:
             # Not inside a cancel scope of ours: a pool may close task groups it opened in
             # start(), which anyio allows only from the same scope (ClientPool hosts its own).
@@ -231,8 +231,9 @@ async def register_servers(registry: CapabilityRegistry, settings: Settings, sco
 @asynccontextmanager
 async def open_executor(
     settings: Settings, db: Database, registry: CapabilityRegistry, pool: UpstreamPool
-) -> AsyncGenerator[Executor]:
-    """``pml_execute``'s service on the sandbox engine (imported lazily; stopped on exit)."""
+) -> AsyncGenerator[tuple[Executor, UsageSink]]:
+    """``pml_execute``'s service on the sandbox engine, and the usage recorder it writes with
+    (imported lazily; on exit the engine stops and everything recorded is written)."""
     from pml.execution.recorder import UsageRecorder
     from pml.execution.service import ExecuteService
     from pml.sandbox.monty import MontyEngine
@@ -240,7 +241,7 @@ async def open_executor(
     engine = MontyEngine()
     try:
         async with UsageRecorder(db) as recorder:
-            yield ExecuteService(
+            service = ExecuteService(
                 registry=registry,
                 pool=pool,
                 engine=engine,
@@ -248,6 +249,7 @@ async def open_executor(
                 recorder=recorder,
                 limits=settings.sandbox,
             )
+            yield service, recorder
     finally:
         with anyio.CancelScope(shield=True):
             await engine.aclose()

@@ -1,35 +1,45 @@
 """The tool surface of the gateway (SPEC §3): what ``tools/list`` shows and ``tools/call`` does.
 
-    tools = GatewayTools(CapTools(registry), pool, expose_upstream=False)
-    await tools.list_tools(scope)       # pml_discover, pml_execute, cap_list ... cap_curate
+    tools = GatewayTools(CapTools(registry), pool, expose_upstream=False,
+                         executor=service, catalog=CapabilityToolCatalog(db), usage=recorder)
+    await tools.list_tools(scope)       # pml_discover ... cap_curate, then mcp__ns__action ...
     await tools.call_tool(scope, "cap:list", {})   # structuredContent {"items": [], "total": 0}
+    await tools.call_tool(scope, "mcp__fs__read_json", {"path": "a.json"})   # a capability
 
 Every answer of our own tools is ``structuredContent`` plus the same JSON as one text
 block; a failure is ``isError: true`` with ``{"error": {"code", "message", ...}}``. A
 pass-through tool (``server__tool``, only with ``expose_upstream``) answers exactly what its
-upstream server answered, error results included.
+upstream server answered, error results included. A capability tool answers its result
+(``structuredContent`` is the result when it is an object, else ``{"result": ...}``) with
+PML's run details under ``_meta["pml/capability"]``.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
-import re
+import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import mcp_types
 
-from pml.errors import InternalError, NotAvailable, NotFound, PmlError
+from pml.errors import InternalError, InvalidInput, NotAvailable, NotFound, PmlError
+from pml.gateway.capability_tools import CapabilityToolCatalog
 from pml.gateway.schemas import STATIC_TOOLS, CurateParams, DiscoverParams, ExecuteParams
 from pml.registry.fqdn import message_value
+from pml.registry.names import CAPABILITY_TOOL_PREFIX
+from pml.registry.names import TOOL_NAME_PATTERN as TOOL_NAME
 from pml.registry.scope import Scope
 from pml.registry.tools import CapTools, parse_params
 from pml.upstream.base import PASS_THROUGH_SEPARATOR, UpstreamPool, UpstreamTool
 
 logger = logging.getLogger(__name__)
 
-TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+CAPABILITY_META: Final = "pml/capability"
+DEFAULT_PAGE_SIZE: Final = 10_000
 SEED_PREFIXES = ("cap:", "pml:")  # the seed spellings cap:list, pml:execute, ...
 
 ToolsChanged = Callable[[], Awaitable[None]]
@@ -40,9 +50,21 @@ class Executor(Protocol):
 
     async def execute(self, scope: Scope, params: ExecuteParams) -> dict[str, Any]: ...
 
+    async def run_capability(self, scope: Scope, ref: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Run a named capability as a tool (``NOT_FOUND`` for an unnamed one)."""
+        ...
+
     async def flush(self) -> None:
         """Write queued usage counts and traces now."""
         ...
+
+
+class UsageSink(Protocol):
+    """Where tool calls are counted (``pml.execution.recorder.UsageRecorder``)."""
+
+    def tool_call(
+        self, scope: Scope, server_id: str, tool: str, *, latency_ms: float, success: bool
+    ) -> None: ...
 
 
 _NOT_BUILT: dict[str, tuple[type[Any], str]] = {
@@ -62,10 +84,16 @@ class GatewayTools:
         *,
         expose_upstream: bool,
         executor: Executor | None = None,
+        catalog: CapabilityToolCatalog | None = None,
+        usage: UsageSink | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
     ) -> None:
         self._cap_tools = cap_tools
         self._pool = pool
         self._executor = executor
+        self._catalog = catalog
+        self._usage = usage
+        self._page_size = max(1, page_size)
         self._expose_upstream = expose_upstream
         self._cap_names = frozenset(cap_tools.names)
         self._pass_through: dict[str, UpstreamTool] = {}
@@ -84,8 +112,11 @@ class GatewayTools:
         self._listeners.append(listener)
 
     async def list_tools(self, scope: Scope) -> list[mcp_types.Tool]:
-        """The tools ``scope`` sees: the fixed ones, then pass-through tools if exposed."""
+        """The tools ``scope`` sees: the fixed ones, its capability tools, then pass-through
+        tools if exposed."""
         tools = list(STATIC_TOOLS.values())
+        if self._catalog is not None and self._executor is not None:
+            tools.extend((await self._catalog.listing(scope)).tools)
         if self._expose_upstream:
             await self._refresh()
             tools.extend(
@@ -93,6 +124,18 @@ class GatewayTools:
                 for name, upstream in self._pass_through.items()
             )
         return tools
+
+    async def list_page(
+        self, scope: Scope, cursor: str | None
+    ) -> tuple[list[mcp_types.Tool], str | None]:
+        """One page of ``list_tools`` and the cursor of the next (None on the last page).
+
+        A cursor that PML did not hand out is ``INVALID_INPUT``.
+        """
+        start = _cursor_offset(cursor) if cursor is not None else 0
+        tools = await self.list_tools(scope)
+        end = start + self._page_size
+        return tools[start:end], (_cursor_for(end) if end < len(tools) else None)
 
     def input_schema(self, name: str) -> Mapping[str, Any] | None:
         """A listed tool's input schema by name, from what is known now (no I/O)."""
@@ -117,7 +160,9 @@ class GatewayTools:
     def is_gateway_tool(self, name: str) -> bool:
         """Whether ``name`` is one of the gateway's own tools (any accepted spelling)."""
         canonical = _canonical(name)
-        return canonical in STATIC_TOOLS or canonical in self._cap_names
+        if canonical in STATIC_TOOLS or canonical in self._cap_names:
+            return True
+        return self._executor is not None and name.startswith(CAPABILITY_TOOL_PREFIX)
 
     def pass_through_target(self, name: str) -> tuple[str, str] | None:
         """``(server, tool)`` of a listed ``server__tool`` name, from what is known now (no I/O)."""
@@ -131,15 +176,24 @@ class GatewayTools:
 
         Same gate and errors as ``call_tool``: a failure is an ``isError`` result, never a raise.
         """
-        del scope  # every caller may use the listed upstream tools (until the policy gate)
+        started = time.perf_counter()
         try:
-            return await self._pool.call_tool_raw(server, tool, arguments)
+            result = await self._pool.call_tool_raw(server, tool, arguments)
         except PmlError as error:
             failure = error_result(error)
         except Exception:  # the MCP edge: one broken call must not take the server down
             logger.exception("tool %s:%s failed unexpectedly", server, message_value(tool))
             failure = error_result(InternalError("Internal error while running the tool"))
+        else:
+            self._count(scope, server, tool, started, result.get("isError") is not True)
+            return result
+        self._count(scope, server, tool, started, False)
         return failure.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def _count(self, scope: Scope, server: str, tool: str, started: float, ok: bool) -> None:
+        if self._usage is not None:
+            latency_ms = (time.perf_counter() - started) * 1000
+            self._usage.tool_call(scope, server, tool, latency_ms=latency_ms, success=ok)
 
     async def _call(
         self, scope: Scope, name: str, arguments: Mapping[str, Any] | None
@@ -154,11 +208,35 @@ class GatewayTools:
             params_model, message = not_built
             parse_params(params_model, arguments)  # a malformed call is told so first
             raise NotAvailable(message, tool=canonical)
+        capability_tool = self._executor is not None and name.startswith(CAPABILITY_TOOL_PREFIX)
+        if capability_tool and self._catalog is not None:
+            fqdn = (await self._catalog.listing(scope)).fqdn_of(name)
+            if fqdn is not None:
+                return await self._capability_tool(scope, fqdn, arguments)
         address = await self._resolve_pass_through(name)
         if address is None:
+            if capability_tool:  # not listed: an old tool name (an alias) runs with a warning
+                return await self._capability_tool(scope, name, arguments)
             raise NotFound(f"Unknown tool: {message_value(name)}")
         server, tool = address
-        return await self._pool.call_tool(server, tool, arguments)
+        started = time.perf_counter()
+        try:
+            result = await self._pool.call_tool(server, tool, arguments)
+        except PmlError:
+            self._count(scope, server, tool, started, False)
+            raise
+        self._count(scope, server, tool, started, not result.is_error)
+        return result
+
+    async def _capability_tool(
+        self, scope: Scope, ref: str, arguments: Mapping[str, Any] | None
+    ) -> mcp_types.CallToolResult:
+        """A named capability called as ``mcp__<namespace>__<action>`` (SPEC §6.6)."""
+        assert self._executor is not None
+        if arguments is not None and not isinstance(arguments, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise InvalidInput("arguments must be an object", field="arguments")
+        answer = await self._executor.run_capability(scope, ref, dict(arguments or {}))
+        return capability_result(answer)
 
     async def _execute(
         self, scope: Scope, arguments: Mapping[str, Any] | None
@@ -219,6 +297,46 @@ class GatewayTools:
                 await listener()
             except Exception:  # a listener's failure must not stop the pool's refresh
                 logger.exception("tools-changed listener failed (server %s)", server)
+
+
+def capability_result(answer: Mapping[str, Any]) -> mcp_types.CallToolResult:
+    """A capability run as a tool result: its value, with PML's details in ``_meta``."""
+    value = answer.get("result")
+    structured: dict[str, Any] = value if isinstance(value, dict) else {"result": value}  # pyright: ignore[reportUnknownVariableType]
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    details = {
+        key: answer[key]
+        for key in ("capabilityFqdn", "capabilityName", "logs", "executionTimeMs", "routing")
+        if key in answer
+    }
+    if "deprecatedAlias" in answer:
+        details["deprecatedAlias"] = answer["deprecatedAlias"]
+    return mcp_types.CallToolResult(
+        content=[mcp_types.TextContent(type="text", text=text)],
+        structured_content=structured,
+        is_error=False,
+        _meta={CAPABILITY_META: details},
+    )
+
+
+_CURSOR_PREFIX: Final = "pml-tools:"
+
+
+def _cursor_for(offset: int) -> str:
+    return base64.urlsafe_b64encode(f"{_CURSOR_PREFIX}{offset}".encode()).decode()
+
+
+def _cursor_offset(cursor: str) -> int:
+    try:
+        text = base64.urlsafe_b64decode(cursor.encode("ascii")).decode("ascii")
+    except (UnicodeError, ValueError, binascii.Error):
+        text = ""
+    number = text.removeprefix(_CURSOR_PREFIX)
+    if not text.startswith(_CURSOR_PREFIX) or not number.isdigit() or len(number) > 9:
+        raise InvalidInput(
+            "Invalid cursor: use the nextCursor of the previous page", field="cursor"
+        )
+    return int(number)
 
 
 def _canonical(name: str) -> str:

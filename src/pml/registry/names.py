@@ -20,6 +20,7 @@ through); it keeps ``^...$`` so that it can be reused in JSON Schema.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 
@@ -37,6 +38,11 @@ SHORT_NAMESPACES: dict[str, str] = {"filesystem": "fs"}
 _NAMESPACE_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _HEX = re.compile(r"[0-9a-f]{8,}")
 _MAX_COMPONENT = 64
+# MCP tool names (SPEC §3): the strictest client rule in use.
+TOOL_NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+MAX_TOOL_NAME = 64
+_TOOL_DIGEST = 8
+_SHORT_NAMESPACE = 24
 
 
 def validate_name(name: object) -> str:
@@ -112,8 +118,25 @@ def split_display_name(display_name: str, current_namespace: str) -> tuple[str, 
 
 
 def tool_name_for(namespace: str, action: str) -> str:
-    """The MCP tool name of a named capability: ``mcp__<namespace>__<action>``."""
-    return f"{CAPABILITY_TOOL_PREFIX}{namespace}__{action}"
+    """The MCP tool name of a capability: ``mcp__<namespace>__<action>``, always a valid one.
+
+    Tool names must match ``^[A-Za-z0-9_-]{1,64}$`` (SPEC §3). A longer name (or one with
+    other characters) keeps a readable head and ends with 8 hex characters of the SHA-256 of
+    the full name, so two different names never shorten to the same tool name.
+
+    >>> tool_name_for("fs", "read_json")
+    'mcp__fs__read_json'
+    >>> long = tool_name_for("fs", "x" * 80)
+    >>> len(long), long[:12], long == tool_name_for("fs", "x" * 81)
+    (64, 'mcp__fs__xxx', False)
+    """
+    full = f"{CAPABILITY_TOOL_PREFIX}{namespace}__{action}"
+    if len(full) <= MAX_TOOL_NAME and TOOL_NAME_PATTERN.fullmatch(full):
+        return full
+    digest = hashlib.sha256(full.encode("utf-8")).hexdigest()[:_TOOL_DIGEST]
+    safe_namespace = _NAMESPACE_UNSAFE.sub("_", namespace)[:_SHORT_NAMESPACE] or DEFAULT_NAMESPACE
+    head = f"{CAPABILITY_TOOL_PREFIX}{safe_namespace}__{_NAMESPACE_UNSAFE.sub('_', action)}"
+    return f"{head[: MAX_TOOL_NAME - _TOOL_DIGEST - 1]}_{digest}"
 
 
 def capability_tool_parts(tool_name: str) -> tuple[str, str] | None:

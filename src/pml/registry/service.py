@@ -20,8 +20,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from pml.errors import InvalidInput, NotFound
+from pml.errors import InvalidInput, NotFound, PmlError
 from pml.registry import naming
+from pml.registry.changes import CHANGES_CHANNEL, CapabilityChange, ChangeListener, new_origin
 from pml.registry.fqdn import Fqdn, is_fqdn, message_value
 from pml.registry.models import (
     AliasRecord,
@@ -127,6 +128,12 @@ class CapabilityRegistry:
         self._db = db
         self._routing = routing or RoutingRules()
         self._clock = clock
+        self._listeners: list[ChangeListener] = []
+        self.origin = new_origin()
+
+    def on_change(self, listener: ChangeListener) -> None:
+        """Call ``listener`` after every committed change of a capability's tool face."""
+        self._listeners.append(listener)
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -204,26 +211,32 @@ class CapabilityRegistry:
             existing = await repo.find_by_code_hash(scope.org, scope.project, code_hash)
             if existing is not None:
                 await repo.record_usage(existing.fqdn, success=True, latency_ms=latency_ms, at=now)
-                if name is not None and not existing.named and name != existing.display_name:
+                named_now = name is not None and not existing.named
+                if name is not None and named_now and name != existing.display_name:
                     await naming.apply_new_name(repo, scope, existing, name, now)
                 record = await repo.get(existing.fqdn)
                 assert record is not None
-                return CaptureResult(record=record, created=False)
-            record = await self._new_record(repo, scope, draft, code_hash, name, now)
-            record = replace(
-                record,
-                tags=tags,
-                visibility=visibility,
-                usage_count=1,
-                success_count=1,
-                total_latency_ms=latency_ms,
-                last_used_at=now,
-            )
-            await repo.insert_record(record)
-            await repo.insert_version(
-                version_of(record, change_summary=draft.change_summary or "created")
-            )
-            return CaptureResult(record=record, created=True)
+                result = CaptureResult(record=record, created=False)
+            else:
+                named_now = name is not None
+                record = await self._new_record(repo, scope, draft, code_hash, name, now)
+                record = replace(
+                    record,
+                    tags=tags,
+                    visibility=visibility,
+                    usage_count=1,
+                    success_count=1,
+                    total_latency_ms=latency_ms,
+                    last_used_at=now,
+                )
+                await repo.insert_record(record)
+                await repo.insert_version(
+                    version_of(record, change_summary=draft.change_summary or "created")
+                )
+                result = CaptureResult(record=record, created=True)
+        if named_now:
+            await self._changed(scope, result.record.fqdn, "named")
+        return result
 
     async def update_code(
         self, scope: Scope, ref: object, draft: CapabilityDraft
@@ -268,7 +281,8 @@ class CapabilityRegistry:
                 **{k: getattr(updated, k) for k in naming.VERSIONED_FIELDS},
             )
             await repo.insert_version(version_of(updated, change_summary=summary))
-            return updated
+        await self._changed(scope, updated.fqdn, "versioned")
+        return updated
 
     async def rename(self, scope: Scope, ref: object, changes: RenameChanges) -> CapabilityRecord:
         """Change a record's name and metadata atomically; the old name becomes an alias."""
@@ -295,7 +309,8 @@ class CapabilityRegistry:
                 )
             updated = await repo.get(record.fqdn)
             assert updated is not None
-            return updated
+        await self._changed(scope, updated.fqdn, "renamed")
+        return updated
 
     async def record_usage(self, fqdn: str, *, success: bool, latency_ms: float) -> None:
         """Count one run of a capability (usage, success, latency, last used)."""
@@ -321,6 +336,22 @@ class CapabilityRegistry:
             return await register_server(repo, scope, server, self._clock())
 
     # -- helpers -------------------------------------------------------------------------
+
+    async def _changed(self, scope: Scope, fqdn: str, kind: str) -> None:
+        """Announce a committed change: listeners here, and other processes on PostgreSQL.
+
+        The write has happened whatever an announcement does: failures are logged only.
+        """
+        change = CapabilityChange(scope.org, scope.project, fqdn, kind, self.origin)
+        for listener in list(self._listeners):
+            try:
+                await listener(change)
+            except Exception:  # a listener must not turn a committed write into an error
+                logger.exception("capability change listener failed (%s)", fqdn)
+        try:
+            await self._db.notify(CHANGES_CHANNEL, change.to_payload())
+        except PmlError as error:
+            logger.warning("capability change not announced to other processes: %s", error)
 
     def _write(self, scope: Scope) -> AbstractAsyncContextManager[SqlCapabilityRepository]:
         return naming.scoped_write(self._db, scope)

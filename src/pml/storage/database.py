@@ -235,6 +235,26 @@ class Database:
         except DBAPIError as error:
             raise StorageError(f"Database error: {_reason(error)}") from error
 
+    async def notify(self, channel: str, payload: str) -> None:
+        """``NOTIFY channel, payload`` on PostgreSQL (every listening process hears it).
+
+        Nothing on SQLite: an embedded database has no other server processes to tell.
+        """
+        if self.dialect != "postgresql":
+            return
+        try:
+            async with self._point_reads.connect() as conn:
+                await conn.execute(
+                    sa.text("SELECT pg_notify(:channel, :payload)"),
+                    {"channel": channel, "payload": payload},
+                )
+        except (OSError, DBAPIError) as error:
+            raise StorageError(f"Database error: {_reason(error)}") from error
+
+    def listen_dsn(self) -> str:
+        """A plain ``postgresql://`` DSN for a dedicated listening connection (asyncpg)."""
+        return self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
     async def close(self) -> None:
         """Close every pooled connection."""
         await self.engine.dispose()

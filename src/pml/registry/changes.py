@@ -1,0 +1,60 @@
+"""Telling the rest of PML that capabilities changed in a scope (names, versions, visibility).
+
+    registry.on_change(listener)           # async listener(CapabilityChange)
+    change = CapabilityChange.from_payload(text)    # what another replica sent (None if bad)
+
+The registry announces a committed write that can change what a scope's capability tools
+look like: a named capability created, a name given, a rename, a new version, changed
+metadata. Listeners in this process are called at once; on PostgreSQL the same change is
+also sent with ``NOTIFY`` on ``CHANGES_CHANNEL`` so that every replica (and every gateway
+behind a CLI that renamed something) hears of it. ``origin`` tells a process its own echo.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Final
+
+CHANGES_CHANNEL: Final = "pml_capability_changes"
+MAX_PAYLOAD: Final = 4000  # PostgreSQL allows 8000 bytes per NOTIFY payload
+
+
+@dataclass(frozen=True, slots=True)
+class CapabilityChange:
+    """A capability of ``org.project`` changed (``fqdn``), announced by ``origin``."""
+
+    org: str
+    project: str
+    fqdn: str
+    kind: str
+    origin: str
+
+    def to_payload(self) -> str:
+        """The JSON text sent with ``NOTIFY``."""
+        return json.dumps(asdict(self), separators=(",", ":"))[:MAX_PAYLOAD]
+
+    @classmethod
+    def from_payload(cls, text: str) -> CapabilityChange | None:
+        """The change a payload describes, or ``None`` when it is not one of ours."""
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(data, dict):
+            return None
+        fields = ("org", "project", "fqdn", "kind", "origin")
+        values = [data.get(name) for name in fields]  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+        if not all(isinstance(value, str) for value in values):  # pyright: ignore[reportUnknownVariableType]
+            return None
+        return cls(*(str(value) for value in values))  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
+
+
+ChangeListener = Callable[[CapabilityChange], Awaitable[None]]
+
+
+def new_origin() -> str:
+    """A fresh identity for one registry (one gateway, one CLI command)."""
+    return uuid.uuid4().hex

@@ -1,0 +1,123 @@
+"""SQL over ``tool_usage``: one row per tool call, whatever path made it (SPEC §6.4).
+
+    async with db.transaction() as conn:
+        await SqlToolUsageRepository(conn).insert_many([ToolUsageRow(...), ...])
+    async with db.read() as conn:
+        rows = await SqlToolUsageRepository(conn).summary("acme", "web", limit=10)
+
+Capabilities are recorded with ``server_id = "pml-capabilities"`` and their FQDN as the tool
+(an FQDN never changes, so a renamed capability keeps its history).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from pml.storage.tables import tool_usage
+
+CAPABILITY_SERVER_ID: Final = "pml-capabilities"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUsageRow:
+    """One tool call: which server and tool, how long, whether it worked, for whom, when."""
+
+    server_id: str
+    tool_name: str
+    latency_ms: float
+    success: bool
+    org: str
+    project: str
+    user_id: str | None
+    called_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUsageSummary:
+    """Calls of one tool: how many, how many worked, mean latency, the last one."""
+
+    server_id: str
+    tool_name: str
+    calls: int
+    successes: int
+    avg_latency_ms: float
+    last_called_at: datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["avg_latency_ms"] = round(self.avg_latency_ms, 3)
+        data["last_called_at"] = self.last_called_at.isoformat() if self.last_called_at else None
+        return data
+
+
+class SqlToolUsageRepository:
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+
+    async def insert_many(self, rows: list[ToolUsageRow]) -> None:
+        """One statement for a batch of calls."""
+        if rows:
+            await self.conn.execute(sa.insert(tool_usage), [asdict(row) for row in rows])
+
+    async def summary(
+        self,
+        org: str,
+        project: str,
+        *,
+        server_id: str | None = None,
+        tool_name: str | None = None,
+        limit: int = 20,
+    ) -> list[ToolUsageSummary]:
+        """Per-tool totals for one org/project, most called first."""
+        t = tool_usage.c
+        where = [t.org == org, t.project == project]
+        if server_id is not None:
+            where.append(t.server_id == server_id)
+        if tool_name is not None:
+            where.append(t.tool_name == tool_name)
+        calls = sa.func.count().label("calls")
+        query = (
+            sa.select(
+                t.server_id,
+                t.tool_name,
+                calls,
+                sa.func.sum(sa.case((t.success.is_(True), 1), else_=0)).label("successes"),
+                sa.func.avg(t.latency_ms).label("avg_latency_ms"),
+                sa.func.max(t.called_at).label("last_called_at"),
+            )
+            .where(*where)
+            .group_by(t.server_id, t.tool_name)
+            .order_by(calls.desc(), t.server_id, t.tool_name)
+            .limit(limit)
+        )
+        return [
+            ToolUsageSummary(
+                server_id=str(row.server_id),
+                tool_name=str(row.tool_name),
+                calls=int(row.calls),
+                successes=int(row.successes or 0),
+                avg_latency_ms=float(row.avg_latency_ms or 0.0),
+                last_called_at=_as_datetime(row.last_called_at),
+            )
+            for row in await self.conn.execute(query)
+        ]
+
+    async def count(self, **equal: Any) -> int:
+        """How many rows match ``column=value`` filters (tests, status)."""
+        query = sa.select(sa.func.count()).select_from(tool_usage)
+        for column, value in equal.items():
+            query = query.where(tool_usage.c[column] == value)
+        return int((await self.conn.execute(query)).scalar_one())
+
+
+def _as_datetime(value: object) -> datetime | None:
+    # max() keeps the column's type, so both backends give an aware datetime; be lenient.
+    if value is None:
+        return None
+    parsed = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
