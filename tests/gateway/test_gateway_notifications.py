@@ -3,32 +3,17 @@
 from __future__ import annotations
 
 import anyio
-import mcp_types
 import pytest
 from mcp import Client
-from mcp.client.session import IncomingMessage
 from mcp.client.subscriptions import ToolsListChanged
 
-from gateway.upstreams import Upstream, tool
+from gateway.upstreams import ListChanged, Upstream, tool
 from pml.gateway.server import Gateway
 from pml.upstream.pool import ClientPool
 
 pytestmark = pytest.mark.anyio
 
 WAIT_S = 5.0
-
-
-class ListChanged:
-    """A client message handler that records ``tools/list_changed`` notifications."""
-
-    def __init__(self) -> None:
-        self.event = anyio.Event()
-        self.count = 0
-
-    async def __call__(self, message: IncomingMessage) -> None:
-        if isinstance(message, mcp_types.ToolListChangedNotification):
-            self.count += 1
-            self.event.set()
 
 
 async def test_a_session_client_is_told_when_upstream_tools_change(

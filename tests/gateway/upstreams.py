@@ -13,7 +13,9 @@ import json
 import sys
 from typing import Any
 
+import anyio
 import mcp_types
+from mcp.client.session import IncomingMessage
 from mcp.server import Server, ServerRequestContext
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 
@@ -131,6 +133,25 @@ class Upstream:
             content=[mcp_types.TextContent(type="text", text=f"{self.name}:{params.name}")],
             structured_content=data,
         )
+
+
+class ListChanged:
+    """A client message handler that records ``tools/list_changed`` notifications."""
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.count = 0
+
+    async def __call__(self, message: IncomingMessage) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            self.count += 1
+            self.event.set()
+
+    async def wait(self, timeout_s: float = 5.0) -> None:
+        """Wait for the next notification (``TimeoutError`` after ``timeout_s``)."""
+        with anyio.fail_after(timeout_s):
+            await self.event.wait()
+        self.event = anyio.Event()
 
 
 def error_of(result: mcp_types.CallToolResult) -> dict[str, Any]:

@@ -25,12 +25,15 @@ from rich.text import Text
 from pml.cli.common import ConfigOption, JsonOption, load_cli_settings, print_json, run_command
 from pml.config import ServerSettings, Settings
 from pml.errors import StorageError
+from pml.registry.scope import Scope
 from pml.registry.service import CapabilityRegistry
 from pml.storage.database import Database, async_url, describe_url, head_revision
 from pml.storage.keys_repo import SqlApiKeyRepository
 from pml.storage.tables import tool_schema, upstream_servers
+from pml.storage.usage_repo import SqlToolUsageRepository
 from pml.wiring import scope_of
 
+TOOL_USAGE_ROWS = 10
 UPGRADE_HINT = "run `pml db upgrade` to create or migrate it"
 
 
@@ -148,6 +151,7 @@ async def collect_status(settings: Settings) -> dict[str, Any]:
     reports: dict[str, dict[str, Any]] = {}
     catalog_counts: dict[str, int] | None = None
     flagged: list[dict[str, Any]] | None = None
+    usage: list[dict[str, Any]] | None = None
     path = sqlite_file(settings.database_url)
     if path is not None and not path.is_file():
         database.update(exists=False, hint=UPGRADE_HINT)
@@ -161,6 +165,7 @@ async def collect_status(settings: Settings) -> dict[str, Any]:
                 keys = await _key_counts(db)
                 reports = await _reports(db)
                 catalog_counts, flagged = await _catalog(db)
+                usage = await _tool_usage(db, scope)
             else:
                 database["hint"] = UPGRADE_HINT
         except StorageError as error:
@@ -190,7 +195,34 @@ async def collect_status(settings: Settings) -> dict[str, Any]:
         "api_keys": keys,
         "catalog": catalog,
         "servers": servers,
+        "tool_usage": usage,
     }
+
+
+async def _tool_usage(db: Database, scope: Scope) -> list[dict[str, Any]]:
+    """The scope's most called tools (capabilities as ``pml-capabilities`` + FQDN)."""
+    async with db.read() as conn:
+        rows = await SqlToolUsageRepository(conn).summary(
+            scope.org, scope.project, limit=TOOL_USAGE_ROWS
+        )
+    return [row.to_dict() for row in rows]
+
+
+def _usage_table(usage: list[dict[str, Any]]) -> Table:
+    table = Table("server", "tool", "calls", "success", "avg latency", "last call",
+                  title="tool calls in this scope (most called first)")  # fmt: skip
+    for row in usage:
+        rate = row["successes"] / row["calls"] if row["calls"] else 0.0
+        cells = (
+            row["server_id"],
+            row["tool_name"],
+            str(row["calls"]),
+            f"{rate:.0%}",
+            f"{row['avg_latency_ms']:.1f} ms",
+            (row["last_called_at"] or "-")[:19].replace("T", " "),
+        )
+        table.add_row(*(safe_text(cell) for cell in cells))
+    return table
 
 
 def safe_text(value: object) -> Text:
@@ -280,6 +312,9 @@ def print_status(report: dict[str, Any], console: Console) -> None:
                 console.print(safe_text(f"{server['name']}: last error: {server['last_error']}"))
     else:
         console.print(safe_text("no upstream servers configured (add [servers.NAME] to pml.toml)"))
+    usage = report["tool_usage"]
+    if usage:
+        console.print(_usage_table(usage))
     if catalog is not None and catalog["flagged"]:
         console.print(_label("flagged tool definitions", "(changed since first seen):"))
         for item in catalog["flagged"]:

@@ -102,6 +102,7 @@ class ToolListWatcher:
                 with anyio.move_on_after(LISTEN_START_S):
                     await ready.wait()
             else:
+                self._watermark = await self._read_watermark()
                 tasks.start_soon(self._poll)
             try:
                 yield
@@ -118,15 +119,20 @@ class ToolListWatcher:
     async def _poll(self) -> None:
         while True:
             await anyio.sleep(self._poll_interval_s)
-            try:
-                row = await self._db.first(WATERMARK_STATEMENT, {})
-            except PmlError as error:
-                logger.warning("capability change poll failed: %s", error)
-                continue
-            watermark = tuple(row) if row is not None else None
-            if self._watermark is not None and watermark != self._watermark:
-                await self.resync()
-            self._watermark = watermark
+            watermark = await self._read_watermark()
+            if watermark is not None and watermark != self._watermark:
+                if self._watermark is not None:
+                    await self.resync()
+                self._watermark = watermark
+
+    async def _read_watermark(self) -> tuple[Any, ...] | None:
+        """How many capabilities there are and the last change to any (None on failure)."""
+        try:
+            row = await self._db.first(WATERMARK_STATEMENT, {})
+        except PmlError as error:
+            logger.warning("capability change poll failed: %s", error)
+            return None
+        return tuple(row) if row is not None else None
 
     async def _announce_if_changed(self, scope: Scope, before: ToolListing | None) -> None:
         try:

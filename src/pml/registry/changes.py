@@ -13,10 +13,16 @@ behind a CLI that renamed something) hears of it. ``origin`` tells a process its
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Final
+
+from pml.errors import PmlError
+from pml.storage.database import Database
+
+logger = logging.getLogger(__name__)
 
 CHANGES_CHANNEL: Final = "pml_capability_changes"
 MAX_PAYLOAD: Final = 4000  # PostgreSQL allows 8000 bytes per NOTIFY payload
@@ -58,3 +64,30 @@ ChangeListener = Callable[[CapabilityChange], Awaitable[None]]
 def new_origin() -> str:
     """A fresh identity for one registry (one gateway, one CLI command)."""
     return uuid.uuid4().hex
+
+
+class ChangeAnnouncer:
+    """Tells listeners in this process, then other processes (PostgreSQL), of a change."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._listeners: list[ChangeListener] = []
+        self.origin = new_origin()
+
+    def subscribe(self, listener: ChangeListener) -> None:
+        """Call ``listener`` after every announced change."""
+        self._listeners.append(listener)
+
+    async def announce(self, org: str, project: str, fqdn: str, kind: str) -> None:
+        """Announce a committed change; never raises (the write has happened whatever this
+        does, so failures are logged only)."""
+        change = CapabilityChange(org, project, fqdn, kind, self.origin)
+        for listener in list(self._listeners):
+            try:
+                await listener(change)
+            except Exception:  # a listener must not turn a committed write into an error
+                logger.exception("capability change listener failed (%s)", fqdn)
+        try:
+            await self._db.notify(CHANGES_CHANNEL, change.to_payload())
+        except PmlError as error:
+            logger.warning("capability change not announced to other processes: %s", error)

@@ -8,12 +8,18 @@ Records are immutable snapshots of rows; services build new ones rather than mut
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
 from pml.registry.routing import Routing
 from pml.registry.scope import RecordType, Visibility
+
+
+def empty_schema() -> dict[str, Any]:
+    """The parameters schema of code that takes no arguments."""
+    return {"type": "object", "properties": {}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +160,54 @@ class ListQuery:
     limit: int = 50
     offset: int = 0
     record_type: RecordType = "capability"
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingRules:
+    """The ``[routing]`` server patterns (§8): cloud only where a cloud pattern names it."""
+
+    cloud: tuple[str, ...] = ()
+    local: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CapabilityDraft:
+    """What a successful run tells the registry about the code it ran."""
+
+    code: str
+    intent: str | None = None
+    tools_used: Sequence[str] = ()
+    parameters_schema: dict[str, Any] = field(default_factory=empty_schema)
+    description: str | None = None
+    name: str | None = None
+    visibility: Visibility = "project"
+    tags: Sequence[str] = ()
+    routing: Routing | None = None
+    version_tag: str | None = None
+    change_summary: str | None = None
+    # The hash of the code as the agent wrote it, when ``code`` is a rewrite of it (literals
+    # lifted into parameters): identity follows what was run. Default: the hash of ``code``.
+    code_hash: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RenameChanges:
+    """The optional changes of ``cap_rename``; None leaves a field as it is."""
+
+    new_name: str | None = None
+    description: str | None = None
+    tags: Sequence[str] | None = None
+    visibility: Visibility | None = None
+    routing: Routing | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Whois:
+    """A record with its aliases and the number of its versions."""
+
+    record: CapabilityRecord
+    aliases: list[AliasRecord]
+    version_count: int
 
 
 def _jsonable(data: dict[str, Any]) -> dict[str, Any]:

@@ -13,11 +13,11 @@ from typing import Any
 
 from pml.errors import InvalidInput
 from pml.registry.fqdn import Fqdn
-from pml.registry.models import CapabilityRecord, VersionRecord
+from pml.registry.models import CapabilityRecord, VersionRecord, empty_schema
 from pml.registry.scope import Scope
 from pml.registry.versions import normalise_tag, split_name_and_spec
 
-EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+EMPTY_SCHEMA: dict[str, Any] = empty_schema()
 
 
 def check_ref(ref: object) -> str:

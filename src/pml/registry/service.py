@@ -16,22 +16,25 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from pml.errors import InvalidInput, NotFound, PmlError
+from pml.errors import InvalidInput, NotFound
 from pml.registry import naming
-from pml.registry.changes import CHANGES_CHANNEL, CapabilityChange, ChangeListener, new_origin
+from pml.registry.changes import ChangeAnnouncer, ChangeListener
 from pml.registry.fqdn import Fqdn, is_fqdn, message_value
 from pml.registry.models import (
-    AliasRecord,
+    CapabilityDraft,
     CapabilityRecord,
     CaptureResult,
     ListQuery,
     Page,
+    RenameChanges,
     Resolved,
+    RoutingRules,
     VersionRecord,
+    Whois,
 )
 from pml.registry.names import (
     namespace_from_tools,
@@ -40,7 +43,6 @@ from pml.registry.names import (
     validate_name,
 )
 from pml.registry.records import (
-    EMPTY_SCHEMA,
     blank_record,
     check_ref,
     check_version_tag,
@@ -61,58 +63,11 @@ from pml.storage.capability_repo import (
 )
 from pml.storage.database import Database
 from pml.storage.types import utc_now
+from pml.storage.usage_repo import CAPABILITY_SERVER_ID, SqlToolUsageRepository, ToolUsageSummary
 
 logger = logging.getLogger(__name__)
 
 MAX_REF_LENGTH = 400
-
-
-@dataclass(frozen=True, slots=True)
-class RoutingRules:
-    """The ``[routing]`` server patterns (§8): cloud only where a cloud pattern names it."""
-
-    cloud: tuple[str, ...] = ()
-    local: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class CapabilityDraft:
-    """What a successful run tells the registry about the code it ran."""
-
-    code: str
-    intent: str | None = None
-    tools_used: Sequence[str] = ()
-    parameters_schema: dict[str, Any] = field(default_factory=lambda: dict(EMPTY_SCHEMA))
-    description: str | None = None
-    name: str | None = None
-    visibility: Visibility = "project"
-    tags: Sequence[str] = ()
-    routing: Routing | None = None
-    version_tag: str | None = None
-    change_summary: str | None = None
-    # The hash of the code as the agent wrote it, when ``code`` is a rewrite of it (literals
-    # lifted into parameters): identity follows what was run. Default: the hash of ``code``.
-    code_hash: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RenameChanges:
-    """The optional changes of ``cap_rename``; None leaves a field as it is."""
-
-    new_name: str | None = None
-    description: str | None = None
-    tags: Sequence[str] | None = None
-    visibility: Visibility | None = None
-    routing: Routing | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Whois:
-    """A record with its aliases and the number of its versions."""
-
-    record: CapabilityRecord
-    aliases: list[AliasRecord]
-    version_count: int
 
 
 class CapabilityRegistry:
@@ -128,12 +83,16 @@ class CapabilityRegistry:
         self._db = db
         self._routing = routing or RoutingRules()
         self._clock = clock
-        self._listeners: list[ChangeListener] = []
-        self.origin = new_origin()
+        self._changes = ChangeAnnouncer(db)
+
+    @property
+    def origin(self) -> str:
+        """This registry's identity in change announcements (to skip its own echo)."""
+        return self._changes.origin
 
     def on_change(self, listener: ChangeListener) -> None:
         """Call ``listener`` after every committed change of a capability's tool face."""
-        self._listeners.append(listener)
+        self._changes.subscribe(listener)
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -179,6 +138,14 @@ class CapabilityRegistry:
         async with self._db.read() as conn:
             versions = await SqlCapabilityRepository(conn).versions_of(resolved.record.fqdn)
         return resolved.record, list(reversed(versions)), resolved.deprecated_alias
+
+    async def usage_of(self, scope: Scope, fqdn: str) -> ToolUsageSummary | None:
+        """The ``tool_usage`` totals of a capability's calls made from ``scope``'s project."""
+        async with self._db.read() as conn:
+            found = await SqlToolUsageRepository(conn).summary(
+                scope.org, scope.project, server_id=CAPABILITY_SERVER_ID, tool_name=fqdn, limit=1
+            )
+        return found[0] if found else None
 
     async def find_by_code(self, scope: Scope, code_hash: str) -> CodeOwner | None:
         """The capability of the caller's org/project whose current code has this hash."""
@@ -338,20 +305,7 @@ class CapabilityRegistry:
     # -- helpers -------------------------------------------------------------------------
 
     async def _changed(self, scope: Scope, fqdn: str, kind: str) -> None:
-        """Announce a committed change: listeners here, and other processes on PostgreSQL.
-
-        The write has happened whatever an announcement does: failures are logged only.
-        """
-        change = CapabilityChange(scope.org, scope.project, fqdn, kind, self.origin)
-        for listener in list(self._listeners):
-            try:
-                await listener(change)
-            except Exception:  # a listener must not turn a committed write into an error
-                logger.exception("capability change listener failed (%s)", fqdn)
-        try:
-            await self._db.notify(CHANGES_CHANNEL, change.to_payload())
-        except PmlError as error:
-            logger.warning("capability change not announced to other processes: %s", error)
+        await self._changes.announce(scope.org, scope.project, fqdn, kind)
 
     def _write(self, scope: Scope) -> AbstractAsyncContextManager[SqlCapabilityRepository]:
         return naming.scoped_write(self._db, scope)

@@ -174,6 +174,7 @@ class CapTools:
         """The full record behind an FQDN, its aliases and its number of versions."""
         params = parse_params(WhoisParams, arguments)
         found = await self._registry.whois(scope, params.fqdn)
+        calls = await self._registry.usage_of(scope, found.record.fqdn)
         return {
             **found.record.to_dict(),
             "aliases": [
@@ -181,6 +182,8 @@ class CapTools:
                 for alias in found.aliases
             ],
             "version_count": found.version_count,
+            # Calls made from the caller's own org/project (tool_usage rows), never others'.
+            "tool_usage": calls.to_dict() if calls is not None else None,
         }
 
     async def rename(self, scope: Scope, arguments: object) -> dict[str, Any]:

@@ -10,6 +10,7 @@ loop ends only when cancelled; reconnection waits grow from 0.2 s to 10 s.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -67,9 +68,14 @@ async def _listen_once(
             send.send_nowait(payload)
         except anyio.WouldBlock:
             logger.warning("LISTEN %s: too many notifications queued; one dropped", channel)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass  # this connection is being closed
 
     def terminated(_conn: Any) -> None:
-        send.send_nowait(None)
+        with contextlib.suppress(
+            anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError
+        ):
+            send.send_nowait(None)
 
     connect: Any = asyncpg.connect  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
     connection: Any = await connect(dsn, timeout=CONNECT_TIMEOUT_S)
