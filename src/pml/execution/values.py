@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ from jsonschema.exceptions import SchemaError, UnknownType
 from pml.errors import InvalidArgs
 from pml.sandbox.base import SnippetToolError
 
+VALIDATOR_CACHE_SIZE = 512
 MAX_LISTED_FAILURES = 10
 
 
@@ -79,11 +81,24 @@ def merged_args(schema: Mapping[str, Any], given: Mapping[str, Any] | None) -> d
     return merged
 
 
+@functools.lru_cache(maxsize=VALIDATOR_CACHE_SIZE)
+def _validator(schema_json: str) -> Draft202012Validator | None:
+    """A checked validator per distinct schema (checking a schema costs ~1 ms); None when
+    the schema is not valid JSON Schema."""
+    schema = json.loads(schema_json)
+    try:
+        Draft202012Validator.check_schema(schema)
+    except (SchemaError, UnknownType):
+        return None
+    return Draft202012Validator(schema)
+
+
 def check_args(schema: Mapping[str, Any], args: Mapping[str, Any], *, capability: str) -> None:
     """``INVALID_ARGS`` listing every way ``args`` fails ``schema`` (a bad schema: none)."""
     try:
-        Draft202012Validator.check_schema(dict(schema))
-        validator = Draft202012Validator(dict(schema))
+        validator = _validator(json.dumps(schema, sort_keys=True, default=str))
+        if validator is None:
+            return  # a stored schema PML did not write; the code checks its own arguments
         found: list[Any] = list(validator.iter_errors(dict(args)))  # pyright: ignore[reportUnknownMemberType]
         failures = sorted(found, key=lambda e: [str(part) for part in e.absolute_path])
     except (SchemaError, UnknownType):

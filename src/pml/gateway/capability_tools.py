@@ -62,6 +62,7 @@ class ToolListing:
     tools: tuple[mcp_types.Tool, ...]
     fqdns: Mapping[str, str]
     fingerprint: str
+    wire: tuple[str, ...] = ()  # each tool as the JSON text it is sent as (the stdio lane)
 
     def fqdn_of(self, tool_name: str) -> str | None:
         """The FQDN behind a listed tool name, or ``None``."""
@@ -142,6 +143,7 @@ class CapabilityToolCatalog:
                 )
             )
         tools: list[mcp_types.Tool] = []
+        wire: list[str] = []
         fqdns: dict[str, str] = {}
         digest = hashlib.sha256()
         for row in rows:
@@ -151,19 +153,17 @@ class CapabilityToolCatalog:
             description = describe(str(row.display_name), row.description, row.intent)
             schema = input_schema(row.parameters_schema)
             fqdns[name] = str(row.fqdn)
+            title = str(row.display_name)
             tools.append(
                 mcp_types.Tool.model_construct(
-                    name=name,
-                    title=str(row.display_name),
-                    description=description,
-                    input_schema=schema,
+                    name=name, title=title, description=description, input_schema=schema
                 )
             )
-            digest.update(
-                json.dumps(
-                    [name, row.fqdn, row.version, description, schema],
-                    sort_keys=True,
-                    default=str,
-                ).encode()
+            text = json.dumps(
+                {"name": name, "title": title, "description": description, "inputSchema": schema},
+                ensure_ascii=False,
+                separators=(",", ":"),
             )
-        return ToolListing(tuple(tools), fqdns, digest.hexdigest())
+            wire.append(text)
+            digest.update(f"{row.fqdn}@{row.version}:{text}".encode())
+        return ToolListing(tuple(tools), fqdns, digest.hexdigest(), tuple(wire))

@@ -34,6 +34,7 @@ from mcp_types import methods as sdk_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from pml.errors import PmlError
 from pml.gateway.tools import GatewayTools
 from pml.registry.scope import Scope
 
@@ -47,6 +48,7 @@ ENVELOPE_KEYS: Final = frozenset(
     }
 )
 _CALL_MARK: Final = b'"tools/call"'
+_LIST_MARK: Final = b'"tools/list"'
 _CANCEL_MARK: Final = b'"notifications/cancelled"'
 
 Era = Literal["opening", "handshake", "session", "modern"]
@@ -63,8 +65,10 @@ class ToolCallLane:
         *,
         server_info: Mapping[str, Any],
         write: Callable[[bytes], None],
+        session_tracked: Callable[[], bool] = lambda: False,
     ) -> None:
         self._tools = tools
+        self._session_tracked = session_tracked
         self._scope = scope
         self._server_info = dict(server_info)
         self._write = write
@@ -80,6 +84,8 @@ class ToolCallLane:
             return False
         if _CALL_MARK in line:
             return self._take_call(line, tasks)
+        if _LIST_MARK in line:
+            return self._take_list(line, tasks)
         if _CANCEL_MARK in line and self._in_flight:
             return self._take_cancel(line)
         return False
@@ -140,6 +146,77 @@ class ToolCallLane:
         self._in_flight[request_id] = scope
         tasks.start_soon(self._answer, request_id, version, name, target, call_arguments, scope)
         return True
+
+    def _take_list(self, line: bytes, tasks: anyio.abc.TaskGroup) -> bool:
+        """A plain ``tools/list`` (a cursor at most), once the SDK server has seen the session.
+
+        A 2025-11-25 session's first list goes to the server, which remembers the connection
+        for ``tools/list_changed``; later lists, and every 2026-07-28 list, are answered here
+        from the pre-serialised tools.
+        """
+        message = _json_object(line)
+        if (
+            message is None
+            or message.get("jsonrpc") != "2.0"
+            or message.get("method") != "tools/list"
+        ):
+            return False
+        request_id = _request_id(message)
+        params = message.get("params", {})
+        if request_id is None or request_id in self._in_flight or not isinstance(params, dict):
+            return False
+        cursor = params.get("cursor")  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+        if not set(params).issubset({"cursor", "_meta"}) or not (  # pyright: ignore[reportUnknownArgumentType]
+            cursor is None or isinstance(cursor, str)
+        ):
+            return False
+        version = self._version_of(message, params)  # pyright: ignore[reportUnknownArgumentType]
+        if version is None or (self._era == "session" and not self._session_tracked()):
+            return False
+        scope = anyio.CancelScope()
+        self._in_flight[request_id] = scope
+        tasks.start_soon(self._answer_list, request_id, version, cursor, scope)
+        return True
+
+    async def _answer_list(
+        self, request_id: RequestId, version: str, cursor: str | None, scope: anyio.CancelScope
+    ) -> None:
+        try:
+            with scope:
+                try:
+                    items, next_cursor = await self._tools.list_page_json(self._scope, cursor)
+                except PmlError as error:
+                    code = (
+                        mcp_types.INVALID_PARAMS
+                        if error.code == "INVALID_INPUT"
+                        else (mcp_types.INTERNAL_ERROR)
+                    )
+                    failure = {"code": code, "message": error.message}
+                    self._write(_dump({"jsonrpc": "2.0", "id": request_id, "error": failure}))
+                    return
+                self._write(self._list_response(request_id, version, items, next_cursor))
+        finally:
+            self._in_flight.pop(request_id, None)
+
+    def _list_response(
+        self, request_id: RequestId, version: str, items: list[str], next_cursor: str | None
+    ) -> bytes:
+        """The ``tools/list`` answer, spliced from pre-serialised tools (no re-validation)."""
+        rest: dict[str, Any] = {}
+        if next_cursor is not None:
+            rest["nextCursor"] = next_cursor
+        if version in MODERN_PROTOCOL_VERSIONS:
+            rest |= {
+                "ttlMs": 0,
+                "cacheScope": "private",
+                "resultType": "complete",
+                "_meta": {mcp_types.SERVER_INFO_META_KEY: dict(self._server_info)},
+            }
+        tail = json.dumps(rest, ensure_ascii=False, separators=(",", ":"))[1:-1]
+        head = json.dumps(request_id)
+        body = ",".join(items)
+        text = f'{{"jsonrpc":"2.0","id":{head},"result":{{"tools":[{body}]'
+        return (text + (f",{tail}" if tail else "") + "}}").encode()
 
     def _version_of(self, message: dict[str, Any], params: dict[str, Any]) -> str | None:
         """The request's protocol version, or ``None`` when the server must see it."""

@@ -281,6 +281,7 @@ async def serve_stdio(settings: Settings, *, pool: UpstreamPool | None = None) -
                     gateway.default_scope,
                     server_info=gateway.server.server_info_stamp,
                     write=pipes.write_line,
+                    session_tracked=lambda: bool(gateway.server.notifier.scopes()),
                 )
                 await serve_on_pipes(gateway.server, pipes, lane=lane)
 

@@ -22,7 +22,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 import mcp_types
 
@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 
 CAPABILITY_META: Final = "pml/capability"
 DEFAULT_PAGE_SIZE: Final = 10_000
+T = TypeVar("T")
 SEED_PREFIXES = ("cap:", "pml:")  # the seed spellings cap:list, pml:execute, ...
 
 ToolsChanged = Callable[[], Awaitable[None]]
@@ -132,10 +133,31 @@ class GatewayTools:
 
         A cursor that PML did not hand out is ``INVALID_INPUT``.
         """
+        return self._page(await self.list_tools(scope), cursor)
+
+    async def list_page_json(
+        self, scope: Scope, cursor: str | None
+    ) -> tuple[list[str], str | None]:
+        """``list_page`` with each tool as the JSON text it is sent as (the stdio lane).
+
+        Capability tools come pre-serialised with their cached listing, so a long list costs
+        no serialisation per request.
+        """
+        items = list(STATIC_WIRE)
+        if self._catalog is not None and self._executor is not None:
+            items.extend((await self._catalog.listing(scope)).wire)
+        if self._expose_upstream:
+            await self._refresh()
+            items.extend(
+                _wire(upstream.definition.model_copy(update={"name": name}))
+                for name, upstream in self._pass_through.items()
+            )
+        return self._page(items, cursor)
+
+    def _page(self, items: list[T], cursor: str | None) -> tuple[list[T], str | None]:
         start = _cursor_offset(cursor) if cursor is not None else 0
-        tools = await self.list_tools(scope)
         end = start + self._page_size
-        return tools[start:end], (_cursor_for(end) if end < len(tools) else None)
+        return items[start:end], (_cursor_for(end) if end < len(items) else None)
 
     def input_schema(self, name: str) -> Mapping[str, Any] | None:
         """A listed tool's input schema by name, from what is known now (no I/O)."""
@@ -319,6 +341,12 @@ def capability_result(answer: Mapping[str, Any]) -> mcp_types.CallToolResult:
     )
 
 
+def _wire(tool: mcp_types.Tool) -> str:
+    data = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+STATIC_WIRE: Final = tuple(_wire(tool) for tool in STATIC_TOOLS.values())
 _CURSOR_PREFIX: Final = "pml-tools:"
 
 
