@@ -24,6 +24,7 @@ from gateway.upstreams import UNICODE_TEXT, Upstream, gateway_settings
 from pml.gateway.fast_lane import ToolCallLane
 from pml.gateway.server import Gateway, open_gateway
 from pml.gateway.stdio import MAX_LINE_BYTES, Pipes, claim_stdio, open_pipes, serve_on_pipes
+from pml.registry.models import CapabilityDraft
 from pml.upstream.pool import ClientPool
 
 pytestmark = pytest.mark.anyio
@@ -136,6 +137,7 @@ async def wire(gateway: Gateway) -> AsyncGenerator[Wire]:
                     gateway.default_scope,
                     server_info=gateway.server.server_info_stamp,
                     write=server_pipes.write_line,
+                    session_tracked=lambda: bool(gateway.server.notifier.scopes()),
                 )
             )
 
@@ -425,3 +427,75 @@ async def test_the_gateway_s_own_tools_are_answered_by_the_lane(stdio_gateway: G
     as_model = mcp_types.CallToolResult.model_validate
     assert as_model(slow["result"]) == as_model(fast["result"])
     assert slow["result"]["structuredContent"]["total"] == 1
+
+
+# -- tools/list ------------------------------------------------------------------------------
+
+
+def listing(request_id: Any, **params: Any) -> dict[str, Any]:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": "tools/list"}
+    if params:
+        message["params"] = params
+    return message
+
+
+async def test_after_the_first_list_a_session_s_lists_come_from_the_lane_unchanged(
+    stdio_gateway: Gateway,
+) -> None:
+    await named_capability(stdio_gateway)
+    async with wire(stdio_gateway) as w:
+        await w.request(
+            {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "1"},
+                },
+            }
+        )
+        w.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        server_answer = await w.request(listing("x"))  # the server's: the session is now known
+        lane_answer = await w.request(listing("y"))
+        with_empty_params = await w.request(listing("z") | {"params": {}})
+    assert w.taken_ids == ["y", "z"]
+    assert lane_answer["result"] == server_answer["result"]
+    assert with_empty_params["result"] == server_answer["result"]
+    names = [tool["name"] for tool in lane_answer["result"]["tools"]]
+    assert "mcp__math__add" in names
+    assert "a__echo" in names
+
+
+async def test_a_modern_list_from_the_lane_equals_the_server_s(stdio_gateway: Gateway) -> None:
+    await named_capability(stdio_gateway)
+    async with wire(stdio_gateway) as w:
+        opening = await w.request(listing(1, _meta=ENVELOPE))
+        again = await w.request(listing(2, _meta=ENVELOPE))
+    assert w.taken_ids == [2]
+    assert again["result"] == opening["result"]
+    assert again["result"]["resultType"] == "complete"
+    assert again["result"]["cacheScope"] == "private"
+
+
+async def test_hostile_list_requests_are_refused_or_left_to_the_server(
+    stdio_gateway: Gateway,
+) -> None:
+    async with wire(stdio_gateway) as w:
+        await handshake(w)
+        bad_cursor = await w.request(listing(1, cursor="'; DROP TABLE tools; --"))
+        numeric_cursor = await w.request(listing(2, cursor=12))
+        extra = await w.request(listing(3, cursor=None, limit=5))
+        still_fine = await w.request(listing(4))
+    assert bad_cursor["error"]["code"] == mcp_types.INVALID_PARAMS
+    assert "Invalid cursor" in bad_cursor["error"]["message"]
+    assert "error" in numeric_cursor  # not taken: the server refuses it itself
+    assert "result" in extra or "error" in extra
+    assert w.taken_ids == [1, 4]
+    assert "a__echo" in [tool["name"] for tool in still_fine["result"]["tools"]]
+
+
+async def named_capability(gateway: Gateway) -> None:
+    draft = CapabilityDraft(code="return 1", name="math:add", intent="add")
+    await gateway.registry.capture(gateway.default_scope, draft, latency_ms=1)

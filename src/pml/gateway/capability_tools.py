@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import mcp_types
@@ -57,12 +57,27 @@ LISTING_STATEMENT = (
 
 @dataclass(frozen=True, slots=True)
 class ToolListing:
-    """The capability tools one caller sees, and what each name runs."""
+    """The capability tools one caller sees, and what each name runs.
 
-    tools: tuple[mcp_types.Tool, ...]
+    ``wire`` holds each tool as the JSON text it is sent as; ``tools`` (the SDK's models,
+    for the SDK server's path) are built from it on first use.
+    """
+
+    wire: tuple[str, ...]
     fqdns: Mapping[str, str]
     fingerprint: str
-    wire: tuple[str, ...] = ()  # each tool as the JSON text it is sent as (the stdio lane)
+    _models: list[tuple[mcp_types.Tool, ...]] = field(
+        default_factory=list[tuple[mcp_types.Tool, ...]], compare=False, repr=False
+    )
+
+    @property
+    def tools(self) -> tuple[mcp_types.Tool, ...]:
+        """The tools as ``mcp_types.Tool`` (built once)."""
+        if not self._models:
+            self._models.append(
+                tuple(mcp_types.Tool.model_validate_json(text) for text in self.wire)
+            )
+        return self._models[0]
 
     def fqdn_of(self, tool_name: str) -> str | None:
         """The FQDN behind a listed tool name, or ``None``."""
@@ -142,7 +157,6 @@ class CapabilityToolCatalog:
                     {"org": scope.org, "project": scope.project, "user": scope.user},
                 )
             )
-        tools: list[mcp_types.Tool] = []
         wire: list[str] = []
         fqdns: dict[str, str] = {}
         digest = hashlib.sha256()
@@ -154,11 +168,6 @@ class CapabilityToolCatalog:
             schema = input_schema(row.parameters_schema)
             fqdns[name] = str(row.fqdn)
             title = str(row.display_name)
-            tools.append(
-                mcp_types.Tool.model_construct(
-                    name=name, title=title, description=description, input_schema=schema
-                )
-            )
             text = json.dumps(
                 {"name": name, "title": title, "description": description, "inputSchema": schema},
                 ensure_ascii=False,
@@ -166,4 +175,4 @@ class CapabilityToolCatalog:
             )
             wire.append(text)
             digest.update(f"{row.fqdn}@{row.version}:{text}".encode())
-        return ToolListing(tuple(tools), fqdns, digest.hexdigest(), tuple(wire))
+        return ToolListing(tuple(wire), fqdns, digest.hexdigest())

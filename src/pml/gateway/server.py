@@ -189,6 +189,7 @@ async def open_gateway(
                 )
                 server = build_server(tools, default_scope=default_scope, notifier=notifier)
                 async with watcher.running():
+                    await _warm(catalog, default_scope)
                     yield Gateway(
                         settings,
                         db,
@@ -208,6 +209,14 @@ async def open_gateway(
     finally:
         with anyio.CancelScope(shield=True):
             await db.close()
+
+
+async def _warm(catalog: CapabilityToolCatalog, scope: Scope) -> None:
+    """Build the default caller's capability tools before the first ``tools/list`` asks."""
+    try:
+        await catalog.listing(scope)
+    except PmlError as error:
+        logger.warning("capability tools not listed at start: %s", error.message)
 
 
 async def register_servers(registry: CapabilityRegistry, settings: Settings, scope: Scope) -> None:
