@@ -14,6 +14,7 @@ from pml.registry.service import CapabilityDraft, CapabilityRegistry
 from pml.storage.database import Database
 from pml.storage.trace_repo import SqlTraceRepository, TraceRow
 from pml.storage.types import utc_now
+from pml.storage.usage_repo import SqlToolUsageRepository
 
 pytestmark = pytest.mark.anyio
 
@@ -111,3 +112,41 @@ async def test_a_failed_write_is_kept_for_the_next_flush(
     await recorder.flush()
     assert recorder.pending == 0
     assert (await registry.resolve(scope, fqdn)).record.usage_count == 2
+
+
+async def test_tool_calls_are_written_with_the_batch_and_on_close(
+    db: Database, scope: Scope
+) -> None:
+    async with UsageRecorder(db, delay_s=60) as recorder:
+        recorder.tool_call(scope, "filesystem", "read_file", latency_ms=1.5, success=True)
+        recorder.tool_call(scope, "filesystem", "read_file", latency_ms=2.5, success=False)
+        recorder.tool_call(scope, "x" * 500, "ü" * 1000, latency_ms=-3, success=True)
+        assert recorder.pending == 3
+        async with db.read() as conn:
+            assert await SqlToolUsageRepository(conn).count() == 0  # queued, not written
+    async with db.read() as conn:
+        usage = SqlToolUsageRepository(conn)
+        rows = await usage.summary(scope.org, scope.project)
+        assert await usage.count(org=scope.org, user_id=scope.user) == 3
+    by_server = {row.server_id: row for row in rows}
+    read = by_server["filesystem"]
+    assert (read.tool_name, read.calls, read.successes, read.avg_latency_ms) == (
+        "read_file",
+        2,
+        1,
+        2.0,
+    )
+    assert read.last_called_at is not None
+    clipped = by_server["x" * 128]  # over-long names are clipped to the columns, not refused
+    assert (len(clipped.tool_name), clipped.avg_latency_ms) == (400, 0.0)
+
+
+async def test_a_failed_write_keeps_the_tool_calls_too(db: Database, scope: Scope) -> None:
+    recorder = UsageRecorder(_FailingOnce(db), delay_s=60)  # type: ignore[arg-type]
+    recorder.tool_call(scope, "time", "get_current_time", latency_ms=1, success=True)
+    await recorder.flush()
+    assert recorder.pending == 1
+    await recorder.flush()
+    assert recorder.pending == 0
+    async with db.read() as conn:
+        assert await SqlToolUsageRepository(conn).count(server_id="time") == 1

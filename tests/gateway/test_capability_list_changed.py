@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
+from typing import Any
 
 import anyio
+import asyncpg  # pyright: ignore[reportMissingTypeStubs]
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ToolsListChanged
 from mcp.shared._httpx_utils import create_mcp_http_client
+from sqlalchemy.engine import make_url
 
 from gateway.test_capability_tools import SCOPE, named
 from gateway.upstreams import ListChanged, data_of, gateway_settings
@@ -202,3 +205,44 @@ async def test_a_rename_on_one_replica_reaches_the_sessions_of_another_within_a_
     assert "mcp__math__add" not in names
     assert data_of(called) == {"sum": 5}
     assert changed.count == 1
+
+
+async def terminate_listeners(url: str) -> int:
+    """Cut every PML ``LISTEN`` connection to the database of ``url``; how many were cut."""
+    parsed = make_url(url)
+    conn: Any = await asyncpg.connect(  # pyright: ignore[reportUnknownMemberType]
+        host=parsed.host, port=parsed.port or 5432, user=parsed.username, database=parsed.database
+    )
+    try:
+        return int(
+            await conn.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND query LIKE 'LISTEN %' "
+                "AND pid <> pg_backend_pid()"
+            )
+        )
+    finally:
+        await conn.close()
+
+
+@pytest.mark.postgres
+async def test_a_replica_whose_listening_connection_dropped_reconnects_and_catches_up(
+    postgres_url: str,
+) -> None:
+    settings = gateway_settings(postgres_url, expose_upstream=False)
+    async with (
+        open_gateway(settings, pool=ClientPool({})) as first,
+        open_gateway(settings, pool=ClientPool({})) as second,
+    ):
+        await named(first, "math:add")
+        changed = ListChanged()
+        async with Client(second.server, mode="legacy", message_handler=changed) as client:
+            await names_of(client)
+            assert await terminate_listeners(postgres_url) == 2
+            # Sent while the second replica may not be listening: caught up on reconnection.
+            await first.registry.rename(SCOPE, "math:add", RenameChanges(new_name="math:sum"))
+            await changed.wait(timeout_s=10)
+            assert "mcp__math__sum" in await names_of(client)
+            await first.registry.rename(SCOPE, "math:sum", RenameChanges(new_name="math:total"))
+            await changed.wait(timeout_s=10)  # and it listens again
+            assert "mcp__math__total" in await names_of(client)

@@ -234,3 +234,28 @@ def test_server_of_returns_none_when_no_server_can_be_extracted(tool_ref: str) -
 @pytest.mark.parametrize("tool_ref", [None, 42, ["filesystem:read_file"]])
 def test_server_of_returns_none_for_non_strings(tool_ref: Any) -> None:
     assert server_of(tool_ref) is None
+
+
+@given(
+    st.from_regex(r"[A-Za-z0-9_-]{1,64}", fullmatch=True),
+    st.from_regex(r"[A-Za-z0-9_-]{1,64}", fullmatch=True),
+    st.from_regex(r"[A-Za-z0-9_-]{1,64}", fullmatch=True),
+)
+def test_tool_names_are_always_valid_and_never_collide(
+    namespace: str, action: str, other: str
+) -> None:
+    name = tool_name_for(namespace, action)
+    assert re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name)
+    assert name.startswith("mcp__")
+    if other != action:
+        assert tool_name_for(namespace, other) != name
+    if len(f"mcp__{namespace}__{action}") <= 64:
+        assert name == f"mcp__{namespace}__{action}"
+
+
+def test_a_tool_name_over_64_characters_keeps_a_readable_head_and_a_digest() -> None:
+    name = tool_name_for("filesystem_tools", "read_every_json_file_below_a_folder_and_merge_them")
+    assert len(name) == 64
+    assert name.startswith("mcp__filesystem_tools__read_every_json")
+    assert re.fullmatch(r".*_[0-9a-f]{8}", name)
+    assert tool_name_for("a", "b" * 70) != tool_name_for("a", "b" * 71)

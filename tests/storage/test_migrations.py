@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
+from pml.registry.names import tool_name_for
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityRegistry
 from pml.storage.database import Database, head_revision
@@ -114,5 +115,49 @@ async def test_downgrade_to_base_and_back_works(blank_url: str) -> None:
         assert await db.current_revision() is None
         await db.upgrade()
         assert await db.current_revision() == "0005"
+    finally:
+        await db.close()
+
+
+async def test_upgrading_to_0005_shortens_tool_names_that_are_not_valid_mcp_names(
+    blank_url: str,
+) -> None:
+    db = await Database.open(blank_url, migrate=False)
+    try:
+        await db.upgrade("0004")
+        now = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+        long_action = "read_" + "x" * 59  # the longest action: its tool name has 73 characters
+        row = {
+            "fqdn": f"acme.webapp.fs.{long_action}.a7f3",
+            "id": "00000000-0000-0000-0000-000000000002",
+            "record_type": "capability",
+            "org": "acme",
+            "project": "webapp",
+            "display_name": "fs:read_it",
+            "named": True,
+            "namespace": "fs",
+            "action": long_action,
+            "tool_name": f"mcp__fs__{long_action}",
+            "hash": "a7f3",
+            "code": "return 1",
+            "code_hash": "a7f3" + "0" * 60,
+            "parameters_schema": {"type": "object"},
+            "tools_used": [],
+            "routing": "cloud",
+            "tags": [],
+            "created_by": "erwan",
+            "created_at": now,
+            "updated_by": "erwan",
+            "updated_at": now,
+        }
+        async with db.transaction() as conn:
+            await conn.execute(capability_records.insert().values(row))
+        await db.upgrade()
+        expected = tool_name_for("fs", long_action)
+        registry = CapabilityRegistry(db)
+        found = (await registry.resolve(Scope("acme", "webapp", "erwan"), expected)).record
+        assert found.tool_name == expected
+        assert len(expected) == 64
+        assert found.display_name == "fs:read_it"
     finally:
         await db.close()
