@@ -394,7 +394,9 @@ def pml_stdio_params(config: Path) -> StdioServerParameters:
 
 
 @asynccontextmanager
-async def pml_stdio(config: Path, log: Path, *, mode: str = "auto") -> AsyncGenerator[StdioGateway]:
+async def pml_stdio(
+    config: Path, log: Path, *, mode: str = "auto", message_handler: Any = None
+) -> AsyncGenerator[StdioGateway]:
     """Start ``pml serve --stdio`` through the SDK client; check no process outlives it.
 
     Leaving the block closes the client, which stops the gateway; every process of its tree
@@ -408,7 +410,9 @@ async def pml_stdio(config: Path, log: Path, *, mode: str = "auto") -> AsyncGene
             async with AsyncExitStack() as stack:
                 transport = stdio_client(pml_stdio_params(config), errlog=errlog)
                 try:
-                    client = await stack.enter_async_context(Client(transport, mode=mode))
+                    client = await stack.enter_async_context(
+                        Client(transport, mode=mode, message_handler=message_handler)
+                    )
                 except Exception as error:
                     failed = True
                     tail = _tail(log)
@@ -524,13 +528,19 @@ def pml_http(config: Path, log: Path, *, extra_args: Sequence[str] = ()) -> Iter
 
 
 @asynccontextmanager
-async def http_client(url: str, key: str | None, *, mode: str = "auto") -> AsyncGenerator[Client]:
+async def http_client(
+    url: str, key: str | None, *, mode: str = "auto", message_handler: Any = None
+) -> AsyncGenerator[Client]:
     """The SDK client over streamable HTTP, sending ``Authorization: Bearer KEY``."""
     headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
     timeout = httpx2.Timeout(30.0, read=120.0)
     async with (
         httpx2.AsyncClient(headers=headers, timeout=timeout) as http,
-        Client(streamable_http_client(url, http_client=http), mode=mode) as client,
+        Client(
+            streamable_http_client(url, http_client=http),
+            mode=mode,
+            message_handler=message_handler,
+        ) as client,
     ):
         yield client
 
