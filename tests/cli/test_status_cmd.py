@@ -22,7 +22,7 @@ from typer.testing import CliRunner, Result
 from pml.cli import status_cmd
 from pml.gateway.keys import ApiKeys
 from pml.storage.database import Database, head_revision
-from pml.storage.tables import tool_schema, upstream_servers
+from pml.storage.tables import tool_schema, tool_usage, upstream_servers
 
 app = typer.Typer()
 
@@ -132,6 +132,15 @@ def seed_gateway_state(url: str) -> None:
                         catalog_row("gone", "[/x]", flagged=True),
                     ],
                 )
+                await conn.execute(
+                    tool_usage.insert(),
+                    [
+                        usage_row("time", "get_current_time", 2.0, True),
+                        usage_row("time", "get_current_time", 4.0, False),
+                        usage_row("pml-capabilities", "acme.webapp.fs.read_json.a7f3", 12.5, True),
+                        usage_row("time", "get_current_time", 1.0, True, org="globex"),
+                    ],
+                )
             keys = ApiKeys(db)
             await keys.create("acme", "webapp")
             _, revoked = await keys.create("acme", "webapp")
@@ -140,6 +149,21 @@ def seed_gateway_state(url: str) -> None:
             await db.close()
 
     asyncio.run(body())
+
+
+def usage_row(
+    server: str, tool: str, latency_ms: float, success: bool, *, org: str = "acme"
+) -> dict[str, Any]:
+    return {
+        "server_id": server,
+        "tool_name": tool,
+        "latency_ms": latency_ms,
+        "success": success,
+        "org": org,
+        "project": "webapp",
+        "user_id": "erwan",
+        "called_at": AT,
+    }
 
 
 def catalog_row(server: str, tool: str, *, flagged: bool) -> dict[str, Any]:
@@ -160,7 +184,33 @@ def test_status_json_reports_each_server_the_catalog_and_api_keys(cli: Cli) -> N
 
     status = cli.json("status")
 
-    assert set(status) == {"database", "scope", "capabilities", "api_keys", "catalog", "servers"}
+    assert set(status) == {
+        "database",
+        "scope",
+        "capabilities",
+        "api_keys",
+        "catalog",
+        "servers",
+        "tool_usage",
+    }
+    assert status["tool_usage"] == [
+        {
+            "server_id": "time",
+            "tool_name": "get_current_time",
+            "calls": 2,
+            "successes": 1,
+            "avg_latency_ms": 3.0,
+            "last_called_at": AT.isoformat(),
+        },
+        {
+            "server_id": "pml-capabilities",
+            "tool_name": "acme.webapp.fs.read_json.a7f3",
+            "calls": 1,
+            "successes": 1,
+            "avg_latency_ms": 12.5,
+            "last_called_at": AT.isoformat(),
+        },
+    ]  # most called first; another tenant's calls are not shown
     assert status["database"]["exists"] is True
     assert status["database"]["up_to_date"] is True
     assert status["database"]["revision"] == head_revision()
@@ -213,6 +263,9 @@ def test_status_text_shows_flagged_tools_errors_and_markup_verbatim(cli: Cli) ->
     assert "3.2 ms" in out
     assert "1 active, 1 revoked" in out
     assert "3 tools, 2 flagged" in out
+    assert "tool calls in this scope" in out
+    assert "acme.webapp.fs.read_json.a7f3" in out
+    assert "50%" in out  # time:get_current_time, one of two calls worked
 
 
 def test_status_of_a_missing_sqlite_file_does_not_create_it(cli: Cli, tmp_path: Path) -> None:

@@ -181,25 +181,32 @@ async def test_a_rename_by_another_process_on_the_same_sqlite_file_is_announced(
         assert "mcp__math__sum" in await names_of(client)
 
 
-@pytest.mark.postgres
-async def test_a_rename_on_one_replica_reaches_the_sessions_of_another_within_a_second(
-    postgres_url: str,
-) -> None:
+@pytest.fixture
+async def replicas(postgres_url: str) -> AsyncGenerator[tuple[Gateway, Gateway]]:
+    """Two gateways on one PostgreSQL database, ``math:add`` created through the first."""
     settings = gateway_settings(postgres_url, expose_upstream=False)
     async with (
         open_gateway(settings, pool=ClientPool({})) as first,
         open_gateway(settings, pool=ClientPool({})) as second,
     ):
         await named(first, "math:add")
-        changed = ListChanged()
-        async with Client(second.server, mode="legacy", message_handler=changed) as client:
-            assert "mcp__math__add" in await names_of(client)
-            started = anyio.current_time()
-            await first.registry.rename(SCOPE, "math:add", RenameChanges(new_name="math:sum"))
-            await changed.wait(timeout_s=1.0)
-            elapsed = anyio.current_time() - started
-            names = await names_of(client)
-            called = await client.call_tool("mcp__math__sum", {"b": 4})
+        yield first, second
+
+
+@pytest.mark.postgres
+async def test_a_rename_on_one_replica_reaches_the_sessions_of_another_within_a_second(
+    replicas: tuple[Gateway, Gateway],
+) -> None:
+    first, second = replicas
+    changed = ListChanged()
+    async with Client(second.server, mode="legacy", message_handler=changed) as client:
+        assert "mcp__math__add" in await names_of(client)
+        started = anyio.current_time()
+        await first.registry.rename(SCOPE, "math:add", RenameChanges(new_name="math:sum"))
+        await changed.wait(timeout_s=1.0)
+        elapsed = anyio.current_time() - started
+        names = await names_of(client)
+        called = await client.call_tool("mcp__math__sum", {"b": 4})
     assert elapsed < 1.0
     assert "mcp__math__sum" in names
     assert "mcp__math__add" not in names
@@ -227,22 +234,17 @@ async def terminate_listeners(url: str) -> int:
 
 @pytest.mark.postgres
 async def test_a_replica_whose_listening_connection_dropped_reconnects_and_catches_up(
-    postgres_url: str,
+    replicas: tuple[Gateway, Gateway], postgres_url: str
 ) -> None:
-    settings = gateway_settings(postgres_url, expose_upstream=False)
-    async with (
-        open_gateway(settings, pool=ClientPool({})) as first,
-        open_gateway(settings, pool=ClientPool({})) as second,
-    ):
-        await named(first, "math:add")
-        changed = ListChanged()
-        async with Client(second.server, mode="legacy", message_handler=changed) as client:
-            await names_of(client)
-            assert await terminate_listeners(postgres_url) == 2
-            # Sent while the second replica may not be listening: caught up on reconnection.
-            await first.registry.rename(SCOPE, "math:add", RenameChanges(new_name="math:sum"))
-            await changed.wait(timeout_s=10)
-            assert "mcp__math__sum" in await names_of(client)
-            await first.registry.rename(SCOPE, "math:sum", RenameChanges(new_name="math:total"))
-            await changed.wait(timeout_s=10)  # and it listens again
-            assert "mcp__math__total" in await names_of(client)
+    first, second = replicas
+    changed = ListChanged()
+    async with Client(second.server, mode="legacy", message_handler=changed) as client:
+        await names_of(client)
+        assert await terminate_listeners(postgres_url) == 2
+        # Sent while the second replica may not be listening: caught up on reconnection.
+        await first.registry.rename(SCOPE, "math:add", RenameChanges(new_name="math:sum"))
+        await changed.wait(timeout_s=10)
+        assert "mcp__math__sum" in await names_of(client)
+        await first.registry.rename(SCOPE, "math:sum", RenameChanges(new_name="math:total"))
+        await changed.wait(timeout_s=10)  # and it listens again
+        assert "mcp__math__total" in await names_of(client)

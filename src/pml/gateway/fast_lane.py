@@ -117,25 +117,32 @@ class ToolCallLane:
         else:
             self._era = "modern"
 
-    def _take_call(self, line: bytes, tasks: anyio.abc.TaskGroup) -> bool:
+    def _request(
+        self, line: bytes, method: str, no_params: dict[str, Any] | None
+    ) -> tuple[dict[str, Any], RequestId, dict[str, Any]] | None:
+        """``(message, id, params)`` of a JSON-RPC request for ``method`` with an id not in
+        flight and object params (``no_params`` stands for absent ones), else None."""
         message = _json_object(line)
-        if (
-            message is None
-            or message.get("jsonrpc") != "2.0"
-            or message.get("method") != "tools/call"
-        ):
-            return False
+        if message is None or message.get("jsonrpc") != "2.0" or message.get("method") != method:
+            return None
         request_id = _request_id(message)
-        params = message.get("params")
+        params = message.get("params", no_params)
         if request_id is None or request_id in self._in_flight or not isinstance(params, dict):
+            return None
+        return message, request_id, cast("dict[str, Any]", params)
+
+    def _take_call(self, line: bytes, tasks: anyio.abc.TaskGroup) -> bool:
+        found = self._request(line, "tools/call", None)
+        if found is None:
             return False
-        version = self._version_of(message, params)  # pyright: ignore[reportUnknownArgumentType]
-        name, arguments = params.get("name"), params.get("arguments")  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+        message, request_id, params = found
+        version = self._version_of(message, params)
+        name, arguments = params.get("name"), params.get("arguments")
         if (
             version is None
             or not isinstance(name, str)
             or not (arguments is None or isinstance(arguments, dict))
-            or not set(params).issubset({"name", "arguments", "_meta"})  # pyright: ignore[reportUnknownArgumentType]
+            or not set(params).issubset({"name", "arguments", "_meta"})
         ):
             return False
         target = self._tools.pass_through_target(name)
@@ -154,23 +161,16 @@ class ToolCallLane:
         for ``tools/list_changed``; later lists, and every 2026-07-28 list, are answered here
         from the pre-serialised tools.
         """
-        message = _json_object(line)
-        if (
-            message is None
-            or message.get("jsonrpc") != "2.0"
-            or message.get("method") != "tools/list"
-        ):
+        found = self._request(line, "tools/list", {})
+        if found is None:
             return False
-        request_id = _request_id(message)
-        params = message.get("params", {})
-        if request_id is None or request_id in self._in_flight or not isinstance(params, dict):
-            return False
-        cursor = params.get("cursor")  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-        if not set(params).issubset({"cursor", "_meta"}) or not (  # pyright: ignore[reportUnknownArgumentType]
+        message, request_id, params = found
+        cursor = params.get("cursor")
+        if not set(params).issubset({"cursor", "_meta"}) or not (
             cursor is None or isinstance(cursor, str)
         ):
             return False
-        version = self._version_of(message, params)  # pyright: ignore[reportUnknownArgumentType]
+        version = self._version_of(message, params)
         if version is None or (self._era == "session" and not self._session_tracked()):
             return False
         scope = anyio.CancelScope()
