@@ -248,3 +248,24 @@ async def test_a_replica_whose_listening_connection_dropped_reconnects_and_catch
         await first.registry.rename(SCOPE, "math:sum", RenameChanges(new_name="math:total"))
         await changed.wait(timeout_s=10)  # and it listens again
         assert "mcp__math__total" in await names_of(client)
+
+
+async def test_a_stateless_2026_client_over_http_re_lists_and_hears_its_changes(
+    gateway: Gateway, http_url: str
+) -> None:
+    key = (await ApiKeys(gateway.db).create("acme", "webapp", user="erwan"))[0]
+    await named(gateway, "math:add")
+    async with (
+        create_mcp_http_client(headers={"Authorization": f"Bearer {key}"}) as http,
+        Client(streamable_http_client(f"{http_url}/mcp", http_client=http)) as client,
+        client.listen(tools_list_changed=True) as events,
+    ):
+        assert client.protocol_version == "2026-07-28"
+        assert "mcp__math__add" in await names_of(client)
+        await client.call_tool("cap_rename", {"name": "math:add", "new_name": "math:plus"})
+        with anyio.fail_after(5):
+            event = await anext(aiter(events))
+        names = await names_of(client)
+    assert isinstance(event, ToolsListChanged)
+    assert "mcp__math__plus" in names
+    assert "mcp__math__add" not in names

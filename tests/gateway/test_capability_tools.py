@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+import anyio
 import mcp_types
 import pytest
 from mcp import Client
@@ -12,7 +14,11 @@ from mcp.shared.exceptions import MCPError
 from gateway.upstreams import MODES, Upstream, data_of, error_of, gateway_settings
 from pml.gateway.server import Gateway, open_gateway
 from pml.registry.models import CapabilityDraft, CapabilityRecord, RenameChanges
+from pml.registry.names import tool_name_for
+from pml.registry.records import blank_record
 from pml.registry.scope import Scope, Visibility
+from pml.storage.capability_repo import SqlCapabilityRepository
+from pml.storage.types import utc_now
 from pml.storage.usage_repo import CAPABILITY_SERVER_ID, SqlToolUsageRepository
 from pml.upstream.pool import ClientPool
 
@@ -251,3 +257,49 @@ async def test_every_kind_of_tool_call_writes_a_tool_usage_row(
     assert whois["tool_usage"]["calls"] == 2
     assert whois["usage_count"] == 3  # the capture and the two calls
     assert whois["total_latency_ms"] > 1
+
+
+async def test_five_thousand_capability_tools_list_in_one_response(gateway: Gateway) -> None:
+    now = utc_now()
+    async with gateway.db.transaction() as conn:
+        repo = SqlCapabilityRepository(conn)
+        for index in range(5000):
+            fqdn = f"acme.webapp.bulk.tool_{index}.{index:04x}"
+            record = replace(
+                blank_record(SCOPE, fqdn, now),
+                display_name=f"bulk:tool_{index}",
+                named=True,
+                tool_name=tool_name_for("bulk", f"tool_{index}"),
+                code=f"return {index}",
+                code_hash=f"{index:064x}",
+                intent=f"bulk tool number {index}",
+                parameters_schema=dict(ADD_SCHEMA),
+            )
+            await repo.insert_record(record)
+    await gateway.watcher.project_changed("acme", "webapp")  # written behind the registry
+    async with Client(gateway.server, mode="legacy") as client:
+        with anyio.fail_after(30):
+            listed = await client.list_tools(cache_mode="bypass")
+        result = await client.call_tool("mcp__bulk__tool_4999", {"b": 1})
+    names = [tool.name for tool in listed.tools]
+    assert listed.next_cursor is None
+    assert len([name for name in names if name.startswith("mcp__bulk__")]) == 5000
+    assert len(names) == len(set(names))
+    assert result.structured_content == {"result": 4999}
+
+
+async def test_hostile_arguments_to_a_capability_tool_are_refused_cleanly(
+    gateway: Gateway, client: Client
+) -> None:
+    await named(gateway, "math:add")
+    hostile: list[dict[str, Any]] = [
+        {"b": "x" * 2_000_000},  # a huge wrong-typed value
+        {"b": 1, "a": "'; DROP TABLE capability_records; --"},
+        {"b": 1, "ключ\u202e": True, "a": None},
+        {"b": float("1e308"), "a": {"nested": [[[[]]]]}},
+    ]
+    for arguments in hostile:
+        error = error_of(await client.call_tool("mcp__math__add", arguments))
+        assert error["code"] == "INVALID_ARGS", arguments
+        assert len(error["message"]) < 5_000
+    assert data_of(await client.call_tool("mcp__math__add", {"b": 2})) == {"sum": 3}

@@ -23,6 +23,7 @@ from pml.sandbox.base import SnippetToolError
 
 VALIDATOR_CACHE_SIZE = 512
 MAX_LISTED_FAILURES = 10
+MAX_FAILURE_CHARS = 300
 
 
 def snippet_value(result: Mapping[str, Any]) -> Any:
@@ -114,7 +115,10 @@ def check_args(schema: Mapping[str, Any], args: Mapping[str, Any], *, capability
 
 
 def _describe(path: Any, message: str) -> str:
-    where = "/".join(str(part) for part in path)
+    # jsonschema quotes the offending value: a huge argument must not make a huge error.
+    where = "/".join(str(part) for part in path)[:MAX_FAILURE_CHARS]
+    if len(message) > MAX_FAILURE_CHARS:
+        message = message[: MAX_FAILURE_CHARS - 1] + "…"
     return f"{where}: {message}" if where else message
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from pml.errors import InvalidInput
 from pml.registry.fqdn import Fqdn
 from pml.registry.models import CapabilityRecord, VersionRecord, empty_schema
+from pml.registry.names import tool_name_for
 from pml.registry.scope import Scope
 from pml.registry.versions import normalise_tag, split_name_and_spec
 
@@ -65,7 +66,7 @@ def blank_record(scope: Scope, fqdn: str, now: datetime) -> CapabilityRecord:
         named=False,
         namespace=parts.namespace,
         action=parts.action,
-        tool_name=f"mcp__{parts.namespace}__{parts.action}",
+        tool_name=tool_name_for(parts.namespace, parts.action),
         hash=parts.hash,
         code=None,
         code_hash=None,
