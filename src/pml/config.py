@@ -42,6 +42,14 @@ from pydantic_settings import (
 )
 
 from pml.errors import ConfigError
+from pml.sections import CurationSettings as CurationSettings
+from pml.sections import DiscoverySettings as DiscoverySettings
+from pml.sections import LlmSettings as LlmSettings
+from pml.sections import PermissionsSettings as PermissionsSettings
+from pml.sections import PolicySettings as PolicySettings
+from pml.sections import RoutingSettings as RoutingSettings
+from pml.sections import SandboxSettings as SandboxSettings
+from pml.sections import UpstreamSettings as UpstreamSettings
 
 logger = logging.getLogger(__name__)
 
@@ -127,65 +135,6 @@ class ScopeSettings(BaseModel):
             return "local"
 
 
-class RoutingSettings(BaseModel):
-    """Server-name patterns that run in the cloud or locally (SPEC §8)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    cloud: list[str] = Field(default_factory=list[str])
-    local: list[str] = Field(default_factory=list[str])
-
-
-class SandboxSettings(BaseModel):
-    """Limits of one snippet run (SPEC §4)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    wall_time_s: float = Field(default=30.0, gt=0)
-    memory_mb: int = Field(default=256, gt=0)
-    max_tool_calls: int = Field(default=200, gt=0)
-    max_code_bytes: int = Field(default=100_000, gt=0)
-    max_result_bytes: int = Field(default=1_000_000, gt=0)
-
-
-class LlmSettings(BaseModel):
-    """An optional OpenAI-compatible endpoint for curation names and intent routing."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    base_url: str
-    model: str
-    api_key_env: str | None = None
-
-
-class PolicySettings(BaseModel):
-    """The policy gate (SPEC §10)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    mode: Literal["enforce", "audit"] = "enforce"
-
-
-class PermissionsSettings(BaseModel):
-    """``server:tool`` patterns per decision; deny beats ask beats allow (SPEC §10)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    allow: list[str] = Field(default_factory=list[str])
-    ask: list[str] = Field(default_factory=list[str])
-    deny: list[str] = Field(default_factory=list[str])
-
-
-class UpstreamSettings(BaseModel):
-    """Timeouts of the upstream pool: per call, per start, and before an idle lazy server stops."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    call_timeout_s: float = Field(default=60.0, gt=0)
-    start_timeout_s: float = Field(default=30.0, gt=0)
-    idle_timeout_s: float = Field(default=300.0, gt=0)
-
-
 class Settings(BaseSettings):
     """Everything PML is configured with; build it with :func:`load_settings`."""
 
@@ -204,6 +153,8 @@ class Settings(BaseSettings):
     policy: PolicySettings = Field(default_factory=PolicySettings)
     permissions: PermissionsSettings = Field(default_factory=PermissionsSettings)
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
+    discovery: DiscoverySettings = Field(default_factory=DiscoverySettings)
+    curation: CurationSettings = Field(default_factory=CurationSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from pml.errors import PmlError
 from pml.gateway.capability_tools import CapabilityToolCatalog, ToolListing
 from pml.gateway.notify import ToolListNotifier
-from pml.registry.changes import CHANGES_CHANNEL, CapabilityChange
+from pml.registry.changes import CHANGES_CHANNEL, UNNAMED_CAPTURE, CapabilityChange
 from pml.registry.scope import Scope
 from pml.storage.database import Database
 from pml.storage.tables import capability_records as records
@@ -63,7 +63,8 @@ class ToolListWatcher:
 
     async def registry_changed(self, change: CapabilityChange) -> None:
         """A change this process committed (the registry's listener)."""
-        await self.project_changed(change.org, change.project)
+        if change.kind != UNNAMED_CAPTURE:
+            await self.project_changed(change.org, change.project)
 
     async def notified(self, payload: str) -> None:
         """A change another process announced (``NOTIFY``); this process's own echo is skipped."""
@@ -71,7 +72,7 @@ class ToolListWatcher:
         if change is None:
             logger.warning("ignored a capability change notification that is not PML's")
             return
-        if change.origin != self._origin:
+        if change.origin != self._origin and change.kind != UNNAMED_CAPTURE:
             await self.project_changed(change.org, change.project)
 
     async def project_changed(self, org: str, project: str) -> None:

@@ -25,7 +25,10 @@ from pml.storage.database import Database
 logger = logging.getLogger(__name__)
 
 CHANGES_CHANNEL: Final = "pml_capability_changes"
-MAX_PAYLOAD: Final = 4000  # PostgreSQL allows 8000 bytes per NOTIFY payload
+MAX_PAYLOAD: Final = 4000
+# The kind of a new unnamed capability: it changes no tool list (watchers of tool lists
+# skip it) but discovery indexes it and curation counts it.
+UNNAMED_CAPTURE: Final = "captured_unnamed"  # PostgreSQL allows 8000 bytes per NOTIFY payload
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from typing import Any
 
 from pml.errors import InvalidInput, NotFound
 from pml.registry import naming
-from pml.registry.changes import ChangeAnnouncer, ChangeListener
+from pml.registry.changes import UNNAMED_CAPTURE, ChangeAnnouncer, ChangeListener
 from pml.registry.fqdn import Fqdn, is_fqdn, message_value
 from pml.registry.models import (
     CapabilityDraft,
@@ -203,6 +203,9 @@ class CapabilityRegistry:
                 result = CaptureResult(record=record, created=True)
         if named_now:
             await self._changed(scope, result.record.fqdn, "named")
+        elif result.created:
+            # unnamed: no tool list changes, but discovery and curation follow it
+            await self._changed(scope, result.record.fqdn, UNNAMED_CAPTURE)
         return result
 
     async def update_code(
