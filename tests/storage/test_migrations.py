@@ -32,7 +32,7 @@ def _differences(conn: sa.Connection) -> list[object]:
 async def test_a_blank_database_is_migrated_to_head_on_open(blank_url: str) -> None:
     db = await Database.open(blank_url)
     try:
-        assert await db.current_revision() == head_revision() == "0005"
+        assert await db.current_revision() == head_revision() == "0006"
         async with db.read() as conn:
             differences = await conn.run_sync(_differences)
         assert differences == []
@@ -53,7 +53,7 @@ async def test_upgrading_twice_changes_nothing(blank_url: str) -> None:
         await db.close()
 
 
-@pytest.mark.parametrize("previous", ["0002", "0003", "0004"])
+@pytest.mark.parametrize("previous", ["0002", "0003", "0004", "0005"])
 async def test_upgrade_from_an_earlier_revision_keeps_existing_data(
     blank_url: str, previous: str
 ) -> None:
@@ -88,7 +88,7 @@ async def test_upgrade_from_an_earlier_revision_keeps_existing_data(
         async with db.transaction() as conn:
             await conn.execute(capability_records.insert().values(row))
         await db.upgrade()
-        assert await db.current_revision() == "0005"
+        assert await db.current_revision() == head_revision()
         registry = CapabilityRegistry(db)
         found = (await registry.resolve(Scope("acme", "webapp", "erwan"), "fs:read_json")).record
         assert (found.usage_count, found.created_at, found.tools_used) == (

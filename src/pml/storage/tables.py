@@ -15,6 +15,8 @@ migrated database with this metadata, so the two cannot drift apart.
     permission_grants    permission tokens
     api_keys             API keys, stored as SHA-256 hashes
     upstream_servers     the last state a running gateway reported for each upstream server
+    discovery_vectors    the stored embedding of each indexed tool and capability text
+    curation_runs        the results of cap_curate suggest runs (manual and automatic)
 """
 
 from __future__ import annotations
@@ -272,4 +274,32 @@ upstream_servers = sa.Table(
     sa.Column("flagged_tools", JsonValue(), nullable=False),
     sa.Column("reported_by", sa.String(128), nullable=False),
     sa.Column("updated_at", UtcDateTime(), nullable=False),
+)
+
+discovery_vectors = sa.Table(
+    "discovery_vectors",
+    metadata,
+    # "tool:<server>:<tool>" or "capability:<fqdn>"
+    sa.Column("item_key", sa.String(600), primary_key=True),
+    # the embedder that made the vector (a changed model re-embeds)
+    sa.Column("model", sa.String(128), nullable=False),
+    # SHA-256 of the embedded text (a changed text re-embeds)
+    sa.Column("text_hash", sa.String(64), nullable=False),
+    sa.Column("vector", sa.LargeBinary(), nullable=False),
+    sa.Column("updated_at", UtcDateTime(), nullable=False),
+)
+
+curation_runs = sa.Table(
+    "curation_runs",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
+    sa.Column("org", SCOPE_PART, nullable=False),
+    sa.Column("project", SCOPE_PART, nullable=False),
+    # "manual" (cap_curate, pml cap curate) or "auto" (after N new unnamed capabilities)
+    sa.Column("trigger", sa.String(16), nullable=False),
+    sa.Column("mode", sa.String(16), nullable=False),
+    sa.Column("suggestions", JsonValue(), nullable=False),
+    sa.Column("applied", JsonValue(), nullable=False),
+    sa.Column("created_at", UtcDateTime(), nullable=False),
+    sa.Index(None, "org", "project", "created_at"),
 )
