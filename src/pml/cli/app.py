@@ -8,7 +8,16 @@ from typing import Annotated
 
 import typer
 
-from pml.cli import cap_cmd, db_cmd, execute_cmd, init_cmd, keys_cmd, serve_cmd, status_cmd
+from pml.cli import (
+    cap_cmd,
+    db_cmd,
+    discover_cmd,
+    execute_cmd,
+    init_cmd,
+    keys_cmd,
+    serve_cmd,
+    status_cmd,
+)
 
 app = typer.Typer(
     name="pml",
@@ -48,6 +57,7 @@ status_cmd.register(app)
 keys_cmd.register(app)
 serve_cmd.register(app)
 execute_cmd.register(app)
+discover_cmd.register(app)
 
 
 # Loggers whose warnings a command already shows in its own output (e.g. alias warnings).

@@ -1,7 +1,7 @@
 """``pml_execute``: run a snippet or a capability, and learn from every run that works.
 
     service = ExecuteService(registry=registry, pool=pool, engine=engine, db=db,
-                             limits=settings.sandbox)
+                             recorder=recorder, limits=settings.sandbox, discovery=discovery)
     answer = await service.execute(scope, ExecuteParams(intent="read a.json", code=code))
     answer["capabilityFqdn"], answer["created"], answer["result"]
 
@@ -20,6 +20,7 @@ from typing import Any
 
 from pml.analysis.snippet import SnippetAnalysis, analyze_snippet
 from pml.config import SandboxSettings
+from pml.discovery.base import Discoverer
 from pml.errors import ExecutionFailed, InvalidInput, NotFound, PmlError
 from pml.execution.caller import Budget, RunCaller
 from pml.execution.capture import CaptureService, RunReport
@@ -64,8 +65,10 @@ class ExecuteService:
         db: Database,
         recorder: UsageRecorder,
         limits: SandboxSettings,
+        discovery: Discoverer,
     ) -> None:
         self._registry = registry
+        self._discovery = discovery
         self._pool = pool
         self._engine = engine
         self._db = db
@@ -84,9 +87,7 @@ class ExecuteService:
         if params.capability is not None:
             limits = self._limits_for(params)
             return await self._by_name(scope, params.capability, params.args or {}, limits)
-        found = await suggestions(
-            params.intent, scope=scope, registry=self._registry, pool=self._pool
-        )
+        found = await suggestions(params.intent, scope=scope, discovery=self._discovery)
         return {"status": "suggestions", "suggestions": found}
 
     # -- direct ----------------------------------------------------------------------------

@@ -1,56 +1,24 @@
 """Suggestion mode of ``pml_execute``: what to call for an intent, with code to start from.
 
-    found = await suggestions("read a json file", scope=scope, registry=registry, pool=pool)
+    found = await suggestions("read a json file", scope=scope, discovery=discovery)
     found[0]["callName"], found[0]["template"]
 
-A plain lexical ranking (shared words between the intent and each tool's or named
-capability's name and description), until discovery (``pml_discover``) ranks them better.
-Each suggestion carries a ready ``callName`` and a code template; nothing runs.
+The ranking is discovery's (``pml_discover``); results too weak to be worth trying are left
+out, so an intent nothing fits gets no suggestions. Each suggestion carries a ready
+``callName`` and a code template; nothing runs.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from typing import Any, cast
+from typing import Any, Final, cast
 
-from pml.registry.models import CapabilityRecord, ListQuery
+from pml.discovery.base import Discoverer
 from pml.registry.scope import Scope
-from pml.registry.service import CapabilityRegistry
-from pml.upstream.base import UpstreamPool, UpstreamTool
 
-MAX_SUGGESTIONS = 5
-MAX_CAPABILITIES_SCANNED = 500
-_WORD = re.compile(r"[a-z0-9]+")
-_STOP = frozenset({"a", "an", "the", "of", "to", "in", "on", "for", "and", "or", "with", "my"})
-
-
-def _words(*texts: str | None) -> set[str]:
-    words: set[str] = set()
-    for text in texts:
-        if text:
-            spaced = re.sub(r"([a-z])([A-Z])", r"\1 \2", text)
-            words.update(w for w in _WORD.findall(spaced.lower()) if w not in _STOP)
-    return words
-
-
-def _score(intent: set[str], candidate: set[str]) -> float:
-    if not intent or not candidate:
-        return 0.0
-    shared = sum(1.0 if w in candidate else 0.5 for w in intent if _near(w, candidate))
-    return round(shared / len(intent), 4)
-
-
-def _near(word: str, candidate: set[str]) -> bool:
-    return word in candidate or any(
-        len(word) > 3 and len(other) > 3 and (other.startswith(word) or word.startswith(other))
-        for other in candidate
-    )
-
-
-def call_name(namespace: str, name: str) -> str:
-    """``mcp.server.tool`` (``mcp.server["get-sum"]`` for a name that is not an identifier)."""
-    return f"mcp.{namespace}.{name}" if name.isidentifier() else f'mcp.{namespace}["{name}"]'
+MAX_SUGGESTIONS: Final = 5
+# Below this discovery score a result shares neither meaning nor words with the intent.
+MIN_SUGGESTION_SCORE: Final = 0.3
 
 
 def template(call: str, schema: dict[str, Any]) -> str:
@@ -66,54 +34,12 @@ def template(call: str, schema: dict[str, Any]) -> str:
 
 
 async def suggestions(
-    intent: str, *, scope: Scope, registry: CapabilityRegistry, pool: UpstreamPool
+    intent: str, *, scope: Scope, discovery: Discoverer
 ) -> list[dict[str, Any]]:
-    """The best tools and named capabilities for ``intent``, best first."""
-    wanted = _words(intent)
-    ranked: list[tuple[float, str, dict[str, Any]]] = []
-    for tool in await pool.list_tools():
-        score = _score(wanted, _words(tool.server, tool.name, tool.definition.description))
-        if score > 0:
-            ranked.append((score, tool.address, _tool_entry(tool, score)))
-    page = await registry.list(scope, ListQuery(named_only=True, limit=MAX_CAPABILITIES_SCANNED))
-    for record in page.items:
-        if record.record_type != "capability":
-            continue
-        texts = (record.display_name, record.intent, record.description, *record.tools_used)
-        score = _score(wanted, _words(*texts))
-        if score > 0:
-            ranked.append((score, record.fqdn, _capability_entry(record, score)))
-    ranked.sort(key=lambda item: (-item[0], item[1]))
-    return [entry for _, _, entry in ranked[:MAX_SUGGESTIONS]]
-
-
-def _tool_entry(tool: UpstreamTool, score: float) -> dict[str, Any]:
-    call = call_name(tool.server, tool.name)
-    schema = dict(tool.definition.input_schema)
-    return {
-        "kind": "tool",
-        "name": tool.address,
-        "callName": call,
-        "description": tool.definition.description or "",
-        "inputSchema": schema,
-        "score": score,
-        "template": template(call, schema),
-    }
-
-
-def _capability_entry(record: CapabilityRecord, score: float) -> dict[str, Any]:
-    call = call_name(record.namespace, record.action)
-    return {
-        "kind": "capability",
-        "name": record.display_name,
-        "callName": call,
-        "toolName": record.tool_name,
-        "fqdn": record.fqdn,
-        "description": record.description or record.intent or "",
-        "inputSchema": record.parameters_schema,
-        "score": score,
-        "routing": record.routing,
-        "usage_count": record.usage_count,
-        "success_rate": record.success_rate,
-        "template": template(call, record.parameters_schema),
-    }
+    """The best tools and capabilities for ``intent``, best first, each with a template."""
+    found = await discovery.discover(
+        scope, intent, limit=MAX_SUGGESTIONS, min_score=MIN_SUGGESTION_SCORE
+    )
+    for entry in found:
+        entry["template"] = template(entry["callName"], entry["inputSchema"])
+    return found

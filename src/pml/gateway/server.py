@@ -20,7 +20,7 @@ import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types
@@ -31,9 +31,11 @@ from mcp.shared.exceptions import MCPError
 
 from pml import __version__
 from pml.config import Settings
+from pml.discovery.base import Discoverer
 from pml.errors import InvalidInput, PmlError, Unauthorized
 from pml.gateway.capability_tools import CapabilityToolCatalog
 from pml.gateway.fast_lane import ToolCallLane
+from pml.gateway.handlers import service_handlers
 from pml.gateway.notify import Context, ToolListNotifier
 from pml.gateway.stdio import claim_stdio, serve_on_pipes
 from pml.gateway.tools import Executor, GatewayTools, UsageSink, error_result
@@ -46,6 +48,9 @@ from pml.storage.database import Database
 from pml.upstream.base import UpstreamPool
 from pml.upstream.children import terminate_children
 from pml.wiring import routing_rules, scope_of
+
+if TYPE_CHECKING:
+    from pml.discovery.service import DiscoveryService
 
 logger = logging.getLogger(__name__)
 
@@ -154,6 +159,7 @@ class Gateway:
     executor: Executor
     catalog: CapabilityToolCatalog
     watcher: ToolListWatcher
+    discovery: DiscoveryService
 
     async def notify_tools_changed(self) -> None:
         """Tell connected clients to list tools again (e.g. after a capability rename)."""
@@ -173,7 +179,12 @@ async def open_gateway(
             await upstream.start()
             default_scope = scope_of(settings)
             await register_servers(registry, settings, default_scope)
-            async with open_executor(settings, db, registry, upstream) as (executor, recorder):
+            discovery = open_discovery(settings, db, upstream)
+            registry.on_change(discovery.capability_changed)
+            async with (
+                discovery.running(),
+                open_executor(settings, db, registry, upstream, discovery) as (executor, recorder),
+            ):
                 catalog = CapabilityToolCatalog(db)
                 notifier = ToolListNotifier()
                 watcher = ToolListWatcher(catalog, notifier, db, origin=registry.origin)
@@ -186,6 +197,7 @@ async def open_gateway(
                     catalog=catalog,
                     usage=recorder,
                     page_size=settings.tools_page_size,
+                    handlers=service_handlers(discovery=discovery),
                 )
                 server = build_server(tools, default_scope=default_scope, notifier=notifier)
                 async with watcher.running():
@@ -201,6 +213,7 @@ async def open_gateway(
                         executor,
                         catalog,
                         watcher,
+                        discovery,
                     )
         finally:
             # Not inside a cancel scope of ours: a pool may close task groups it opened in
@@ -237,9 +250,22 @@ async def register_servers(registry: CapabilityRegistry, settings: Settings, sco
             logger.warning("server %r is not recorded in the registry: %s", name, error.message)
 
 
+def open_discovery(settings: Settings, db: Database, pool: UpstreamPool) -> DiscoveryService:
+    """``pml_discover``'s service with the configured embedder (imported lazily)."""
+    from pml.discovery.embedder import load_embedder
+    from pml.discovery.service import DiscoveryService
+
+    embedder = load_embedder(settings.discovery.embedder)
+    return DiscoveryService(db, pool, embedder, routing=routing_rules(settings))
+
+
 @asynccontextmanager
 async def open_executor(
-    settings: Settings, db: Database, registry: CapabilityRegistry, pool: UpstreamPool
+    settings: Settings,
+    db: Database,
+    registry: CapabilityRegistry,
+    pool: UpstreamPool,
+    discovery: Discoverer,
 ) -> AsyncGenerator[tuple[Executor, UsageSink]]:
     """``pml_execute``'s service on the sandbox engine, and the usage recorder it writes with
     (imported lazily; on exit the engine stops and everything recorded is written)."""
@@ -257,6 +283,7 @@ async def open_executor(
                 db=db,
                 recorder=recorder,
                 limits=settings.sandbox,
+                discovery=discovery,
             )
             yield service, recorder
     finally:

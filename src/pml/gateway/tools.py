@@ -44,6 +44,9 @@ T = TypeVar("T")
 SEED_PREFIXES = ("cap:", "pml:")  # the seed spellings cap:list, pml:execute, ...
 
 ToolsChanged = Callable[[], Awaitable[None]]
+# One of the gateway's own tools answered by a service (pml_discover, cap_curate): it parses
+# its arguments and returns the tool's JSON answer, or raises a PmlError.
+ToolHandler = Callable[[Scope, Mapping[str, Any] | None], Awaitable[dict[str, Any]]]
 
 
 class Executor(Protocol):
@@ -88,8 +91,10 @@ class GatewayTools:
         catalog: CapabilityToolCatalog | None = None,
         usage: UsageSink | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
+        handlers: Mapping[str, ToolHandler] | None = None,
     ) -> None:
         self._cap_tools = cap_tools
+        self._handlers = dict(handlers or {})
         self._pool = pool
         self._executor = executor
         self._catalog = catalog
@@ -225,6 +230,9 @@ class GatewayTools:
             return json_result(await self._cap_tools.call(canonical, scope, arguments))
         if canonical == "pml_execute" and self._executor is not None:
             return await self._execute(scope, arguments)
+        handler = self._handlers.get(canonical)
+        if handler is not None:
+            return json_result(await handler(scope, arguments))
         not_built = _NOT_BUILT.get(canonical)
         if not_built is not None:
             params_model, message = not_built

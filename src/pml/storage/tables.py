@@ -87,6 +87,7 @@ capability_records = sa.Table(
     sa.Index(None, "namespace"),
     sa.Index(None, "created_by"),
     sa.Index(None, "visibility"),
+    sa.Index(None, "updated_at"),
 )
 
 capability_aliases = sa.Table(

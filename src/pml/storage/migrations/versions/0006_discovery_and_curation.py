@@ -1,5 +1,5 @@
 # pyright: basic
-"""Stored discovery vectors and curation runs.
+"""Stored discovery vectors and curation runs; capabilities indexed by last change.
 
 Revision ID: 0006
 Revises: 0005
@@ -19,6 +19,10 @@ depends_on = None
 
 
 def upgrade() -> None:
+    # discovery reads the capabilities changed since its last look
+    op.create_index(
+        op.f("ix_capability_records_updated_at"), "capability_records", ["updated_at"]
+    )
     op.create_table(
         "discovery_vectors",
         sa.Column("item_key", sa.String(length=600), nullable=False),
@@ -51,3 +55,4 @@ def downgrade() -> None:
     op.drop_index(op.f("ix_curation_runs_org_project_created_at"), table_name="curation_runs")
     op.drop_table("curation_runs")
     op.drop_table("discovery_vectors")
+    op.drop_index(op.f("ix_capability_records_updated_at"), table_name="capability_records")

@@ -1,0 +1,261 @@
+"""The hybrid index: vectors, BM25 and a usage prior over tools and capabilities.
+
+    index = HybridIndex(dim=384)
+    index.put(entry, vector, terms("read_text_file Read a file"))
+    hits = index.search(query_vector, terms("open a file"), scope, kind="all", limit=5)
+
+Each row is an upstream tool (visible to every caller) or a capability (visible as the
+registry decides: its own project, its creator for ``private``, its org for ``org``,
+everyone for ``public``). A search masks what the caller may not see, then ranks by
+
+    score = 0.7 · max(cosine, 0) + 0.3 · BM25 / best BM25 of the query + prior
+
+where the prior is a capability's mild bonus for use and success (at most ±0.03). Scores
+stay within 0..1 so that ``min_score`` means the same thing whatever the catalog size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Final, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from pml.discovery.base import KindFilter
+from pml.discovery.lexical import LexicalIndex
+from pml.registry.scope import Scope
+
+Kind = Literal["tool", "capability"]
+Vector = npt.NDArray[np.float32]
+
+VECTOR_WEIGHT: Final = 0.7
+LEXICAL_WEIGHT: Final = 0.3
+USAGE_PRIOR: Final = 0.015
+SUCCESS_PRIOR: Final = 0.03
+USAGE_SATURATION: Final = 1000
+
+# visibility codes; tools are visible to every caller
+_TOOL, _PRIVATE, _PROJECT, _ORG, _PUBLIC = range(5)
+_VISIBILITY_CODES: Final = {
+    "private": _PRIVATE,
+    "project": _PROJECT,
+    "org": _ORG,
+    "public": _PUBLIC,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """What one row stands for; ``payload`` is what results are rendered from."""
+
+    key: str
+    kind: Kind
+    text_hash: str
+    payload: object
+    org: str = ""
+    project: str = ""
+    visibility: str = "public"
+    created_by: str = ""
+    usage_count: int = 0
+    success_count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """A ranked row: its entry, final score and the two signals it came from."""
+
+    entry: Entry
+    score: float
+    semantic: float
+    lexical: float
+
+
+def prior(usage_count: int, success_count: int) -> float:
+    """A capability's bonus: more use (log scale) and a better smoothed success rate."""
+    if usage_count <= 0:
+        return 0.0
+    usage = min(math.log1p(usage_count) / math.log1p(USAGE_SATURATION), 1.0)
+    success = (success_count + 1) / (usage_count + 2)
+    return USAGE_PRIOR * usage + SUCCESS_PRIOR * (2 * success - 1)
+
+
+class _Codes:
+    """Small integers for strings, so scope checks are array comparisons."""
+
+    def __init__(self) -> None:
+        self._codes: dict[str, int] = {}
+
+    def code(self, value: str) -> int:
+        return self._codes.setdefault(value, len(self._codes))
+
+    def find(self, value: str) -> int:
+        return self._codes.get(value, -2)  # never a stored code, nor a tool's -1
+
+
+class HybridIndex:
+    """Rows of tools and capabilities, searched by vector and BM25 together (see module)."""
+
+    def __init__(self, dim: int, *, capacity: int = 256) -> None:
+        self.dim = dim
+        self._entries: list[Entry | None] = []
+        self._rows: dict[str, int] = {}
+        self._free: list[int] = []
+        self._lexical = LexicalIndex()
+        self._codes = _Codes()
+        self._vectors = np.zeros((capacity, dim), dtype=np.float32)
+        self._alive = np.zeros(capacity, dtype=np.bool_)
+        self._visibility = np.zeros(capacity, dtype=np.int8)
+        self._org = np.full(capacity, -1, dtype=np.int32)
+        self._project = np.full(capacity, -1, dtype=np.int32)
+        self._creator = np.full(capacity, -1, dtype=np.int32)
+        self._prior = np.zeros(capacity, dtype=np.float32)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def get(self, key: str) -> Entry | None:
+        """The entry stored under ``key``."""
+        row = self._rows.get(key)
+        return self._entries[row] if row is not None else None
+
+    def keys(self) -> list[str]:
+        """Every key in the index."""
+        return list(self._rows)
+
+    def put(self, entry: Entry, vector: Vector | None, row_terms: Sequence[str] | None) -> None:
+        """Add or replace ``entry`` with its (L2-normalised) vector and index terms; for an
+        entry already here, ``None`` keeps its vector or its terms."""
+        row = self._rows.get(entry.key)
+        if row is None and (vector is None or row_terms is None):
+            raise ValueError(f"a new entry needs a vector and terms: {entry.key}")
+        if vector is not None and vector.shape != (self.dim,):
+            raise ValueError(f"vector of shape {vector.shape}, expected ({self.dim},)")
+        if row is None:
+            row = self._free.pop() if self._free else self._append()
+            self._rows[entry.key] = row
+        self._entries[row] = entry
+        if vector is not None:
+            self._vectors[row] = vector
+        self._alive[row] = True
+        self._set_scope(row, entry)
+        if row_terms is not None:
+            self._lexical.put(row, row_terms)
+
+    def set_stats(self, key: str, usage_count: int, success_count: int) -> None:
+        """New usage and success counts of a capability (its prior changes)."""
+        row = self._rows.get(key)
+        entry = self._entries[row] if row is not None else None
+        if row is None or entry is None:
+            return
+        if (entry.usage_count, entry.success_count) != (usage_count, success_count):
+            entry = replace(entry, usage_count=usage_count, success_count=success_count)
+            self._entries[row] = entry
+            self._prior[row] = prior(usage_count, success_count)
+
+    def remove(self, key: str) -> None:
+        """Drop ``key`` (nothing happens if it is not there)."""
+        row = self._rows.pop(key, None)
+        if row is None:
+            return
+        self._entries[row] = None
+        self._alive[row] = False
+        self._lexical.remove(row)
+        self._free.append(row)
+
+    def search(
+        self,
+        query_vector: Vector,
+        query_terms: Sequence[str],
+        scope: Scope,
+        *,
+        kind: KindFilter = "all",
+        limit: int = 5,
+        min_score: float = 0.0,
+    ) -> list[Hit]:
+        """The best ``limit`` rows ``scope`` may see, best first (ties by key)."""
+        size = len(self._entries)
+        if size == 0 or limit <= 0:
+            return []
+        semantic = np.maximum(self._vectors[:size] @ query_vector, 0.0)
+        lexical = self._lexical.scores(query_terms, size=size)
+        best = float(lexical.max())
+        if best > 0:
+            lexical /= best
+        scores = VECTOR_WEIGHT * semantic + LEXICAL_WEIGHT * lexical + self._prior[:size]
+        np.clip(scores, 0.0, 1.0, out=scores)
+        mask = self._visible(scope, size, kind)
+        scores[~mask] = -1.0
+        candidates = np.flatnonzero(scores >= max(min_score, 0.0))
+        if candidates.size > limit:
+            top = np.argpartition(-scores[candidates], limit - 1)[:limit]
+            candidates = candidates[top]
+        hits: list[Hit] = []
+        for row in candidates.tolist():
+            entry = self._entries[row]
+            if entry is not None:
+                hits.append(
+                    Hit(
+                        entry,
+                        round(float(scores[row]), 4),
+                        float(semantic[row]),
+                        float(lexical[row]),
+                    )
+                )
+        hits.sort(key=lambda hit: (-hit.score, hit.entry.key))
+        return hits
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _append(self) -> int:
+        row = len(self._entries)
+        self._entries.append(None)
+        if row >= self._vectors.shape[0]:
+            self._grow(max(row * 2, 256))
+        return row
+
+    def _grow(self, capacity: int) -> None:
+        def grown(array: npt.NDArray[np.generic], fill: float) -> npt.NDArray[np.generic]:
+            shape = (capacity, *array.shape[1:])
+            bigger = np.full(shape, fill, dtype=array.dtype)
+            bigger[: array.shape[0]] = array
+            return bigger
+
+        self._vectors = grown(self._vectors, 0.0).astype(np.float32)
+        self._alive = grown(self._alive, False).astype(np.bool_)
+        self._visibility = grown(self._visibility, 0).astype(np.int8)
+        self._org = grown(self._org, -1).astype(np.int32)
+        self._project = grown(self._project, -1).astype(np.int32)
+        self._creator = grown(self._creator, -1).astype(np.int32)
+        self._prior = grown(self._prior, 0.0).astype(np.float32)
+
+    def _set_scope(self, row: int, entry: Entry) -> None:
+        if entry.kind == "tool":
+            self._visibility[row] = _TOOL
+            self._org[row] = self._project[row] = self._creator[row] = -1
+            self._prior[row] = 0.0
+            return
+        self._visibility[row] = _VISIBILITY_CODES.get(entry.visibility, _PRIVATE)
+        self._org[row] = self._codes.code(entry.org)
+        self._project[row] = self._codes.code(entry.project)
+        self._creator[row] = self._codes.code(entry.created_by)
+        self._prior[row] = prior(entry.usage_count, entry.success_count)
+
+    def _visible(self, scope: Scope, size: int, kind: KindFilter) -> npt.NDArray[np.bool_]:
+        visibility = self._visibility[:size]
+        same_org = self._org[:size] == self._codes.find(scope.org)
+        same_project = same_org & (self._project[:size] == self._codes.find(scope.project))
+        own = same_project & (
+            (visibility != _PRIVATE) | (self._creator[:size] == self._codes.find(scope.user))
+        )
+        capability = own | (same_org & (visibility == _ORG)) | (visibility == _PUBLIC)
+        tool = visibility == _TOOL
+        if kind == "tool":
+            allowed = tool
+        elif kind == "capability":
+            allowed = capability & ~tool
+        else:
+            allowed = tool | capability
+        return allowed & self._alive[:size]

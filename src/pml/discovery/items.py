@@ -1,0 +1,150 @@
+"""What discovery indexes of each tool and capability, and what it answers with.
+
+    item = tool_item(upstream_tool)            # key, texts to embed and to index, entry
+    result = render(hit, routing="local")      # one pml_discover result (SPEC §7)
+
+A tool is described by its server, its name (identifier words split) and its description;
+its parameter names are searchable words too. A capability by its intent, display name,
+description and the tools it uses. The text embedded is shorter than the text indexed: the
+model reads at most 256 word pieces, and the first sentences of a description carry what
+it is for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Final, cast
+
+from pml.discovery.index import Entry, Hit
+from pml.discovery.text import words
+from pml.storage.discovery_repo import CapabilityRow
+from pml.upstream.base import UpstreamTool
+
+EMBED_DESCRIPTION_CHARS: Final = 500
+INDEX_DESCRIPTION_CHARS: Final = 4000
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One indexable thing: its entry, the text to embed and the text to index."""
+
+    entry: Entry
+    embed_text: str
+    index_text: str
+
+
+def text_hash(text: str) -> str:
+    """SHA-256 of an embedded text (with the model id, it decides when to re-embed)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def call_name(namespace: str, name: str) -> str:
+    """``mcp.server.tool`` (``mcp.server["get-sum"]`` for a name that is not an identifier)."""
+    return f"mcp.{namespace}.{name}" if name.isidentifier() else f'mcp.{namespace}["{name}"]'
+
+
+def tool_key(server: str, tool: str) -> str:
+    return f"tool:{server}:{tool}"
+
+
+def capability_key(fqdn: str) -> str:
+    return f"capability:{fqdn}"
+
+
+def _identifier(name: str) -> str:
+    return " ".join(words(name))
+
+
+def _parameter_names(schema: object) -> list[str]:
+    if not isinstance(schema, dict):
+        return []
+    properties = cast("dict[str, Any]", schema).get("properties")
+    if not isinstance(properties, dict):
+        return []
+    return [str(name) for name in cast("dict[str, Any]", properties)][:50]
+
+
+def tool_item(tool: UpstreamTool) -> Item:
+    """The item of an upstream tool (visible to every caller)."""
+    description = (tool.definition.description or "").strip()
+    name = _identifier(tool.name)
+    embed_text = f"{name}: {description[:EMBED_DESCRIPTION_CHARS]}" if description else name
+    parameters = " ".join(_parameter_names(tool.definition.input_schema))
+    index_text = (
+        f"{tool.server} {tool.name} {name} {description[:INDEX_DESCRIPTION_CHARS]} {parameters}"
+    )
+    entry = Entry(
+        key=tool_key(tool.server, tool.name),
+        kind="tool",
+        text_hash=text_hash(embed_text),
+        payload=tool,
+    )
+    return Item(entry, embed_text, index_text)
+
+
+def capability_item(row: CapabilityRow) -> Item:
+    """The item of a capability, with its scope and usage."""
+    intent = (row.intent or "").strip()
+    description = (row.description or "").strip()
+    name = _identifier(row.display_name) if row.named else ""
+    tools = " ".join(_identifier(tool) for tool in row.tools_used[:20])
+    lead = intent or description or name or tools
+    embed_parts = [lead[:EMBED_DESCRIPTION_CHARS]]
+    if description and description != lead:
+        embed_parts.append(description[:EMBED_DESCRIPTION_CHARS])
+    if name:
+        embed_parts.append(name)
+    embed_text = ". ".join(part for part in embed_parts if part)
+    index_text = " ".join(
+        (intent, row.display_name if row.named else "", name, description, tools)
+    )[: INDEX_DESCRIPTION_CHARS * 2]
+    entry = Entry(
+        key=capability_key(row.fqdn),
+        kind="capability",
+        text_hash=text_hash(embed_text),
+        payload=row,
+        org=row.org,
+        project=row.project,
+        visibility=row.visibility,
+        created_by=row.created_by,
+        usage_count=row.usage_count,
+        success_count=row.success_count,
+    )
+    return Item(entry, embed_text, index_text)
+
+
+def render(hit: Hit, *, routing: str) -> dict[str, Any]:
+    """One ``pml_discover`` result: everything needed to call it (SPEC §7)."""
+    payload = hit.entry.payload
+    if isinstance(payload, UpstreamTool):
+        return {
+            "kind": "tool",
+            "name": payload.address,
+            "callName": call_name(payload.server, payload.name),
+            "description": payload.definition.description or "",
+            "inputSchema": dict(payload.definition.input_schema),
+            "score": hit.score,
+            "routing": routing,
+        }
+    row = cast("CapabilityRow", payload)
+    result: dict[str, Any] = {
+        "kind": "capability",
+        "name": row.display_name,
+        # unnamed capabilities are not tools: snippets reach them by FQDN
+        "callName": call_name(row.namespace, row.action) if row.named else f'mcp["{row.fqdn}"]',
+        "fqdn": row.fqdn,
+        "description": row.description or row.intent or "",
+        "inputSchema": row.parameters_schema,
+        "score": hit.score,
+        "routing": row.routing,
+        "usage_count": hit.entry.usage_count,
+        "success_rate": round(hit.entry.success_count / hit.entry.usage_count, 4)
+        if hit.entry.usage_count
+        else 0.0,
+    }
+    if row.named:
+        result["toolName"] = row.tool_name
+    if row.intent:
+        result["intent"] = row.intent
+    return result

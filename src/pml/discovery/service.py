@@ -1,0 +1,265 @@
+"""``pml_discover``: the tools and capabilities that fit an intent, ranked, ready to call.
+
+    discovery = DiscoveryService(db, pool, load_embedder("auto"), routing=RoutingRules())
+    async with discovery.running():                  # loads the index, keeps stats fresh
+        results = await discovery.discover(scope, "read a json file", limit=5)
+    registry.on_change(discovery.capability_changed)  # this process's changes: at once
+
+The index is built from the upstream pool's tools and the database's capabilities; their
+vectors are stored (``discovery_vectors``), so a restart or another replica embeds only what
+is new. Before a search the index looks for capabilities changed since its last look (one
+indexed query, at most every ``refresh_interval_s``, at once after a change in this
+process), so every replica sees what any other learned within that interval. Usage and
+success counts, which change on every run, are re-read every ``STATS_INTERVAL_S``; a full
+reconciliation every ``RECONCILE_INTERVAL_S`` catches anything a clock skew hid.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, Callable, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+import anyio
+import anyio.to_thread
+import numpy as np
+
+from pml.discovery.base import KindFilter
+from pml.discovery.embedder import Embedder
+from pml.discovery.index import Hit, HybridIndex, Vector
+from pml.discovery.items import Item, capability_item, capability_key, render, tool_item
+from pml.discovery.text import terms
+from pml.errors import PmlError
+from pml.registry.changes import CapabilityChange
+from pml.registry.models import RoutingRules
+from pml.registry.routing import server_routing
+from pml.registry.scope import Scope
+from pml.storage.database import Database
+from pml.storage.discovery_repo import SqlDiscoveryRepository
+from pml.storage.types import utc_now
+from pml.upstream.base import UpstreamPool
+
+logger = logging.getLogger(__name__)
+
+REFRESH_INTERVAL_S: Final = 0.5
+STATS_INTERVAL_S: Final = 30.0
+RECONCILE_INTERVAL_S: Final = 300.0
+CLOCK_SKEW: Final = timedelta(seconds=60)
+EMBED_BATCH: Final = 64
+QUERY_CACHE_SIZE: Final = 512
+
+
+class DiscoveryService:
+    """Keeps the hybrid index in step with tools and capabilities, and searches it."""
+
+    def __init__(
+        self,
+        db: Database,
+        pool: UpstreamPool,
+        embedder: Embedder,
+        *,
+        routing: RoutingRules,
+        clock: Callable[[], datetime] = utc_now,
+        refresh_interval_s: float = REFRESH_INTERVAL_S,
+    ) -> None:
+        self._db = db
+        self._pool = pool
+        self._embedder = embedder
+        self._routing = routing
+        self._clock = clock
+        self._refresh_interval_s = refresh_interval_s
+        self._index = HybridIndex(embedder.dim)
+        self._lock = anyio.Lock()
+        self._loaded = False
+        self._dirty = True
+        self._last_refresh = 0.0
+        self._watermark: datetime | None = None
+        self._stored: dict[str, tuple[str, bytes]] | None = None
+        self._queries: OrderedDict[str, Vector] = OrderedDict()
+        self._indexed: dict[str, str] = {}  # key -> the text its terms were taken from
+
+    @property
+    def model_id(self) -> str:
+        """The embedder the index was built with."""
+        return self._embedder.model_id
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    async def capability_changed(self, change: CapabilityChange) -> None:
+        """Registry listener: the next search looks for changes first."""
+        del change
+        self._dirty = True
+
+    async def discover(
+        self,
+        scope: Scope,
+        intent: str,
+        *,
+        kind: KindFilter = "all",
+        limit: int = 5,
+        min_score: float = 0.0,
+    ) -> list[dict[str, Any]]:
+        """The ``pml_discover`` results for ``intent`` (SPEC §7), best first."""
+        hits = await self.search(scope, intent, kind=kind, limit=limit, min_score=min_score)
+        return [render(hit, routing=self._tool_routing(hit)) for hit in hits]
+
+    async def search(
+        self,
+        scope: Scope,
+        intent: str,
+        *,
+        kind: KindFilter = "all",
+        limit: int = 5,
+        min_score: float = 0.0,
+    ) -> list[Hit]:
+        """The ranked index rows for ``intent`` that ``scope`` may see."""
+        await self.refresh()
+        vector = await self._query_vector(intent)
+        return self._index.search(
+            vector, terms(intent), scope, kind=kind, limit=limit, min_score=min_score
+        )
+
+    async def refresh(self, *, force: bool = False) -> None:
+        """Bring the index up to date if it may be stale (see module)."""
+        due = time.monotonic() - self._last_refresh >= self._refresh_interval_s
+        if not (force or self._dirty or due or not self._loaded):
+            return
+        async with self._lock:
+            due = time.monotonic() - self._last_refresh >= self._refresh_interval_s
+            if not (force or self._dirty or due or not self._loaded):
+                return
+            self._dirty = False
+            try:
+                await self._sync(full=not self._loaded or force)
+            except PmlError as error:
+                if not self._loaded:
+                    raise
+                logger.warning("discovery index not refreshed (serving the last one): %s", error)
+            self._last_refresh = time.monotonic()
+
+    async def refresh_stats(self) -> None:
+        """Re-read every capability's usage and success counts (their prior)."""
+        async with self._db.read() as conn:
+            stats = await SqlDiscoveryRepository(conn).capability_stats()
+        for fqdn, (usage, success) in stats.items():
+            self._index.set_stats(capability_key(fqdn), usage, success)
+
+    @asynccontextmanager
+    async def running(self) -> AsyncGenerator[None]:
+        """Load the index in the background and keep it fresh while the block runs."""
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self._maintain)
+            try:
+                yield
+            finally:
+                tasks.cancel_scope.cancel()
+
+    # -- internals -----------------------------------------------------------------------
+
+    async def _maintain(self) -> None:
+        try:
+            await self.refresh()
+        except PmlError as error:
+            logger.warning("discovery index not loaded at start: %s", error)
+        next_reconcile = time.monotonic() + RECONCILE_INTERVAL_S
+        while True:
+            await anyio.sleep(STATS_INTERVAL_S)
+            try:
+                if time.monotonic() >= next_reconcile:
+                    next_reconcile = time.monotonic() + RECONCILE_INTERVAL_S
+                    await self.refresh(force=True)
+                else:
+                    await self.refresh_stats()
+            except PmlError as error:
+                logger.warning("discovery index maintenance failed: %s", error)
+
+    async def _sync(self, *, full: bool) -> None:
+        if self._stored is None:
+            async with self._db.read() as conn:
+                self._stored = await SqlDiscoveryRepository(conn).vectors(self.model_id)
+        items = [tool_item(tool) for tool in await self._pool.list_tools()]
+        tool_keys = {item.entry.key for item in items}
+        for key in list(self._index.keys()):
+            if key.startswith("tool:") and key not in tool_keys:
+                self._forget(key)
+        since = None if full or self._watermark is None else self._watermark - CLOCK_SKEW
+        async with self._db.read() as conn:
+            rows = await SqlDiscoveryRepository(conn).capabilities_since(since)
+        if full:
+            present = {capability_key(row.fqdn) for row in rows}
+            for key in list(self._index.keys()):
+                if key.startswith("capability:") and key not in present:
+                    self._forget(key)
+        items.extend(capability_item(row) for row in rows)
+        if rows:
+            latest = rows[-1].updated_at
+            self._watermark = latest if self._watermark is None else max(latest, self._watermark)
+        await self._put(items)
+        self._loaded = True
+        self._stored = {}  # what was stored is in the index now
+
+    async def _put(self, items: Sequence[Item]) -> None:
+        """Index ``items``, reusing the vectors already indexed or stored for the same text."""
+        stored = self._stored or {}
+        missing: list[Item] = []
+        for item in items:
+            key = item.entry.key
+            current = self._index.get(key)
+            if current is not None and current.text_hash == item.entry.text_hash:
+                indexed = self._indexed.get(key) == item.index_text
+                self._index.put(item.entry, None, None if indexed else terms(item.index_text))
+                self._indexed[key] = item.index_text
+                continue
+            saved = stored.get(item.entry.key)
+            if saved is not None and saved[0] == item.entry.text_hash:
+                vector = np.frombuffer(saved[1], dtype="<f4")
+                if vector.shape == (self._embedder.dim,):
+                    self._index.put(item.entry, vector.astype(np.float32), terms(item.index_text))
+                    self._indexed[key] = item.index_text
+                    continue
+            missing.append(item)
+        for start in range(0, len(missing), EMBED_BATCH):
+            batch = missing[start : start + EMBED_BATCH]
+            texts = [item.embed_text for item in batch]
+            vectors = await anyio.to_thread.run_sync(self._embedder.embed, texts)
+            for item, vector in zip(batch, vectors, strict=True):
+                self._index.put(item.entry, vector, terms(item.index_text))
+                self._indexed[item.entry.key] = item.index_text
+            await self._save(batch, vectors)
+
+    async def _save(self, batch: Sequence[Item], vectors: Vector) -> None:
+        rows = [
+            (item.entry.key, item.entry.text_hash, vector.astype("<f4").tobytes())
+            for item, vector in zip(batch, vectors, strict=True)
+        ]
+        try:
+            async with self._db.transaction() as conn:
+                await SqlDiscoveryRepository(conn).save_vectors(self.model_id, rows, self._clock())
+        except PmlError as error:  # the index has them; only a restart pays for this
+            logger.warning("discovery vectors not stored: %s", error)
+
+    async def _query_vector(self, intent: str) -> Vector:
+        cached = self._queries.get(intent)
+        if cached is not None:
+            self._queries.move_to_end(intent)
+            return cached
+        vector = (await anyio.to_thread.run_sync(self._embedder.embed, [intent]))[0]
+        self._queries[intent] = vector
+        if len(self._queries) > QUERY_CACHE_SIZE:
+            self._queries.popitem(last=False)
+        return vector
+
+    def _forget(self, key: str) -> None:
+        self._index.remove(key)
+        self._indexed.pop(key, None)
+
+    def _tool_routing(self, hit: Hit) -> str:
+        if hit.entry.kind != "tool":
+            return ""
+        server = hit.entry.key.split(":", 2)[1]
+        return server_routing(server, self._routing.cloud, self._routing.local)

@@ -1,0 +1,151 @@
+"""SQL for discovery: stored vectors, and the capabilities changed since a moment.
+
+    async with db.read() as conn:
+        repo = SqlDiscoveryRepository(conn)
+        stored = await repo.vectors("minilm-l6-v2/numpy/1")      # key -> (text hash, bytes)
+        rows = await repo.capabilities_since(watermark)          # CapabilityRow, oldest first
+    async with db.transaction() as conn:
+        await SqlDiscoveryRepository(conn).save_vectors(model, [(key, text_hash, blob)], now)
+
+Vectors are stored as raw little-endian float32 bytes with the embedder that made them and
+a hash of the text, so a restart (or another replica) reuses them and only new or changed
+texts are embedded again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, cast
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from pml.storage.tables import capability_records as records
+from pml.storage.tables import discovery_vectors as vectors
+
+SAVE_BATCH: Final = 500
+
+_CAPABILITY_COLUMNS = (
+    records.c.fqdn,
+    records.c.org,
+    records.c.project,
+    records.c.display_name,
+    records.c.named,
+    records.c.namespace,
+    records.c.action,
+    records.c.tool_name,
+    records.c.intent,
+    records.c.description,
+    records.c.parameters_schema,
+    records.c.tools_used,
+    records.c.routing,
+    records.c.visibility,
+    records.c.created_by,
+    records.c.usage_count,
+    records.c.success_count,
+    records.c.updated_at,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CapabilityRow:
+    """What discovery indexes and returns of one capability."""
+
+    fqdn: str
+    org: str
+    project: str
+    display_name: str
+    named: bool
+    namespace: str
+    action: str
+    tool_name: str
+    intent: str | None
+    description: str | None
+    parameters_schema: dict[str, Any]
+    tools_used: list[str]
+    routing: str
+    visibility: str
+    created_by: str
+    usage_count: int
+    success_count: int
+    updated_at: datetime
+
+
+class SqlDiscoveryRepository:
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+
+    async def vectors(self, model: str) -> dict[str, tuple[str, bytes]]:
+        """Every stored vector made by ``model``: key → (text hash, float32 bytes)."""
+        v = vectors.c
+        result = await self.conn.execute(
+            sa.select(v.item_key, v.text_hash, v.vector).where(v.model == model)
+        )
+        return {key: (text_hash, bytes(blob)) for key, text_hash, blob in result}
+
+    async def save_vectors(
+        self, model: str, rows: Sequence[tuple[str, str, bytes]], now: datetime
+    ) -> None:
+        """Store (replace) vectors: one delete and one insert per batch of keys."""
+        for start in range(0, len(rows), SAVE_BATCH):
+            batch = rows[start : start + SAVE_BATCH]
+            keys = [key for key, _, _ in batch]
+            await self.conn.execute(sa.delete(vectors).where(vectors.c.item_key.in_(keys)))
+            await self.conn.execute(
+                sa.insert(vectors),
+                [
+                    {
+                        "item_key": key,
+                        "model": model,
+                        "text_hash": text_hash,
+                        "vector": blob,
+                        "updated_at": now,
+                    }
+                    for key, text_hash, blob in batch
+                ],
+            )
+
+    async def capabilities_since(self, since: datetime | None) -> list[CapabilityRow]:
+        """Capabilities changed at or after ``since`` (all when None), oldest change first."""
+        query = sa.select(*_CAPABILITY_COLUMNS).where(records.c.record_type == "capability")
+        if since is not None:
+            query = query.where(records.c.updated_at >= since)
+        result = await self.conn.execute(query.order_by(records.c.updated_at))
+        return [_capability(row) for row in result.mappings()]
+
+    async def capability_stats(self) -> dict[str, tuple[int, int]]:
+        """Usage and success counts of every capability: fqdn → (usage, success)."""
+        r = records.c
+        result = await self.conn.execute(
+            sa.select(r.fqdn, r.usage_count, r.success_count).where(r.record_type == "capability")
+        )
+        return {fqdn: (int(usage), int(success)) for fqdn, usage, success in result}
+
+
+def _capability(data: sa.RowMapping) -> CapabilityRow:
+    schema: object = data["parameters_schema"]
+    tools: object = data["tools_used"]
+    return CapabilityRow(
+        fqdn=data["fqdn"],
+        org=data["org"],
+        project=data["project"],
+        display_name=data["display_name"],
+        named=bool(data["named"]),
+        namespace=data["namespace"],
+        action=data["action"],
+        tool_name=data["tool_name"],
+        intent=data["intent"],
+        description=data["description"],
+        parameters_schema=cast("dict[str, Any]", schema)
+        if isinstance(schema, dict)
+        else {"type": "object"},
+        tools_used=[str(t) for t in cast("list[Any]", tools)] if isinstance(tools, list) else [],
+        routing=data["routing"],
+        visibility=data["visibility"],
+        created_by=data["created_by"],
+        usage_count=int(data["usage_count"]),
+        success_count=int(data["success_count"]),
+        updated_at=data["updated_at"],
+    )
