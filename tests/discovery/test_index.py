@@ -37,7 +37,9 @@ def capability(
     usage: int = 0,
     success: int = 0,
 ) -> None:
-    entry = Entry(key, "capability", key, None, org, project, visibility, created_by, usage, success)
+    entry = Entry(
+        key, "capability", key, None, org, project, visibility, created_by, usage, success
+    )
     index.put(entry, vector(text), terms(text))
 
 
@@ -56,7 +58,7 @@ def test_terms_split_identifiers_and_fold_word_forms() -> None:
         "directory",
     ]
     assert stem("listing") == stem("listed") == stem("lists") == "list"
-    assert terms("") == [] and terms("the of and") == []
+    assert terms("") == terms("the of and") == []
 
 
 def test_bm25_ranks_rarer_and_more_frequent_words_higher() -> None:
@@ -65,7 +67,7 @@ def test_bm25_ranks_rarer_and_more_frequent_words_higher() -> None:
     lexical.put(1, terms("write file"))
     lexical.put(2, terms("current time zone"))
     scores = lexical.scores(terms("read a file"), size=3)
-    assert scores[0] > scores[1] > 0 and scores[2] == 0
+    assert scores[0] > scores[1] > scores[2] == 0
     lexical.remove(0)
     assert lexical.scores(terms("read"), size=3).tolist() == [0.0, 0.0, 0.0]
     lexical.put(1, terms("read only"))  # replacing a row's terms

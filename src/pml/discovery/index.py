@@ -8,10 +8,12 @@ Each row is an upstream tool (visible to every caller) or a capability (visible 
 registry decides: its own project, its creator for ``private``, its org for ``org``,
 everyone for ``public``). A search masks what the caller may not see, then ranks by
 
-    score = 0.7 · max(cosine, 0) + 0.3 · BM25 / best BM25 of the query + prior
+    score = 0.7 · max(cosine, 0) + 0.3 · BM25 / BM25 ceiling of the query + prior
 
 where the prior is a capability's mild bonus for use and success (at most ±0.03). Scores
 stay within 0..1 so that ``min_score`` means the same thing whatever the catalog size.
+With ``kind="all"`` each kind keeps half of the places for its rows that score at least
+half the best score, so neither tools nor capabilities can crowd the other out.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -30,12 +32,17 @@ from pml.registry.scope import Scope
 
 Kind = Literal["tool", "capability"]
 Vector = npt.NDArray[np.float32]
+Scores = npt.NDArray[np.floating[Any]]
+Rows = npt.NDArray[np.intp]
 
 VECTOR_WEIGHT: Final = 0.7
 LEXICAL_WEIGHT: Final = 0.3
 USAGE_PRIOR: Final = 0.015
 SUCCESS_PRIOR: Final = 0.03
 USAGE_SATURATION: Final = 1000
+# with kind "all", each kind keeps half the places for rows scoring at least this share of
+# the best score
+KIND_SHARE_FLOOR: Final = 0.5
 
 # visibility codes; tools are visible to every caller
 _TOOL, _PRIVATE, _PROJECT, _ORG, _PUBLIC = range(5)
@@ -71,6 +78,13 @@ class Hit:
     score: float
     semantic: float
     lexical: float
+
+
+def _best(scores: Scores, rows: Rows, limit: int) -> Rows:
+    """The ``limit`` best-scoring of ``rows`` (in no particular order)."""
+    if rows.size <= limit:
+        return rows
+    return rows[np.argpartition(-scores[rows], limit - 1)[:limit]]
 
 
 def prior(usage_count: int, success_count: int) -> float:
@@ -181,19 +195,21 @@ class HybridIndex:
             return []
         semantic = np.maximum(self._vectors[:size] @ query_vector, 0.0)
         lexical = self._lexical.scores(query_terms, size=size)
-        best = float(lexical.max())
-        if best > 0:
-            lexical /= best
+        ceiling = self._lexical.ceiling(query_terms)
+        if ceiling > 0:
+            lexical /= ceiling
+            np.minimum(lexical, 1.0, out=lexical)
         scores = VECTOR_WEIGHT * semantic + LEXICAL_WEIGHT * lexical + self._prior[:size]
         np.clip(scores, 0.0, 1.0, out=scores)
         mask = self._visible(scope, size, kind)
         scores[~mask] = -1.0
         candidates = np.flatnonzero(scores >= max(min_score, 0.0))
-        if candidates.size > limit:
-            top = np.argpartition(-scores[candidates], limit - 1)[:limit]
-            candidates = candidates[top]
+        if kind == "all" and limit >= 2:
+            rows = self._mixed(scores, candidates, limit)
+        else:
+            rows = _best(scores, candidates, limit).tolist()
         hits: list[Hit] = []
-        for row in candidates.tolist():
+        for row in rows:
             entry = self._entries[row]
             if entry is not None:
                 hits.append(
@@ -208,6 +224,31 @@ class HybridIndex:
         return hits
 
     # -- internals -----------------------------------------------------------------------
+
+    def _mixed(self, scores: Scores, candidates: Rows, limit: int) -> list[int]:
+        """The best ``limit`` rows with each kind given half the places when it has a row
+        scoring at least half the best one: a tool and a learned capability are scored from
+        different kinds of text (a tool's long description, a capability's short intent),
+        so neither kind may push every row of the other out of a short list."""
+        is_tool = self._visibility[candidates] == _TOOL
+        tools = _best(scores, candidates[is_tool], limit)
+        capabilities = _best(scores, candidates[~is_tool], limit)
+        merged = np.concatenate([tools, capabilities])
+        if merged.size == 0:
+            return []
+        floor = float(scores[merged].max()) * KIND_SHARE_FLOOR
+        reserved = limit // 2
+        chosen: list[int] = []
+        for group in (tools, capabilities):
+            ordered = group[np.argsort(-scores[group], kind="stable")]
+            chosen.extend(int(row) for row in ordered[:reserved] if scores[row] >= floor)
+        rest = [int(row) for row in merged[np.argsort(-scores[merged], kind="stable")]]
+        for row in rest:
+            if len(chosen) >= limit:
+                break
+            if row not in chosen:
+                chosen.append(row)
+        return chosen
 
     def _append(self) -> int:
         row = len(self._entries)

@@ -71,9 +71,7 @@ def tool_item(tool: UpstreamTool) -> Item:
     name = _identifier(tool.name)
     embed_text = f"{name}: {description[:EMBED_DESCRIPTION_CHARS]}" if description else name
     parameters = " ".join(_parameter_names(tool.definition.input_schema))
-    index_text = (
-        f"{tool.server} {tool.name} {name} {description[:INDEX_DESCRIPTION_CHARS]} {parameters}"
-    )
+    index_text = f"{tool.server} {name} {description[:INDEX_DESCRIPTION_CHARS]} {parameters}"
     entry = Entry(
         key=tool_key(tool.server, tool.name),
         kind="tool",
@@ -96,9 +94,7 @@ def capability_item(row: CapabilityRow) -> Item:
     if name:
         embed_parts.append(name)
     embed_text = ". ".join(part for part in embed_parts if part)
-    index_text = " ".join(
-        (intent, row.display_name if row.named else "", name, description, tools)
-    )[: INDEX_DESCRIPTION_CHARS * 2]
+    index_text = " ".join((intent, name, description, tools))[: INDEX_DESCRIPTION_CHARS * 2]
     entry = Entry(
         key=capability_key(row.fqdn),
         kind="capability",

@@ -3,6 +3,7 @@
     index = LexicalIndex()
     index.put(0, terms("read_text_file Read a file"))
     scores = index.scores(terms("read file"), size=1)   # float32 array, one score per row
+    shares = scores / index.ceiling(terms("read file"))  # 0..1: how much of the query matched
 
 Postings are kept per term as ``{row: term frequency}``; a query turns the postings of its
 terms into numpy arrays (cached until that term changes) and adds their BM25 weights, so a
@@ -79,6 +80,18 @@ class LexicalIndex:
             inside = rows < size
             np.add.at(result, rows[inside], (weights[inside] * idf).astype(np.float32))
         return result
+
+    def ceiling(self, query_terms: Sequence[str]) -> float:
+        """The score of an average-length row holding each query term once: dividing by it
+        gives a share (about 0..1, capped by the caller) that grows with how much of the
+        query a row covers (a term no row has counts as the rarest possible, so matching
+        one word of a long query stays small)."""
+        count = len(self._lengths)
+        total = 0.0
+        for term in dict.fromkeys(query_terms):
+            rows = len(self._postings.get(term, ()))
+            total += math.log(1.0 + (count - rows + 0.5) / (rows + 0.5))
+        return total
 
     def _weights(self, term: str, postings: dict[int, int], average: float) -> _Postings:
         """Rows of ``term`` and their BM25 term weights (without idf), cached per term."""

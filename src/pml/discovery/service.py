@@ -7,11 +7,12 @@
 
 The index is built from the upstream pool's tools and the database's capabilities; their
 vectors are stored (``discovery_vectors``), so a restart or another replica embeds only what
-is new. Before a search the index looks for capabilities changed since its last look (one
-indexed query, at most every ``refresh_interval_s``, at once after a change in this
-process), so every replica sees what any other learned within that interval. Usage and
-success counts, which change on every run, are re-read every ``STATS_INTERVAL_S``; a full
-reconciliation every ``RECONCILE_INTERVAL_S`` catches anything a clock skew hid.
+is new. Before a search (at most every ``refresh_interval_s``, and at once after a change
+was announced) the index reads the capabilities changed since its last look (one indexed
+query) and those announced as changed, here or — through PostgreSQL ``NOTIFY`` — by another
+replica. Usage and success counts, which change on every run, are re-read every
+``STATS_INTERVAL_S``; a full reconciliation every ``RECONCILE_INTERVAL_S`` catches a change
+written with a clock behind this one's.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime, timedelta
-from typing import Any, Final
+from datetime import datetime
+from typing import Any, Final, Protocol
 
 import anyio
 import anyio.to_thread
@@ -41,16 +42,21 @@ from pml.registry.scope import Scope
 from pml.storage.database import Database
 from pml.storage.discovery_repo import SqlDiscoveryRepository
 from pml.storage.types import utc_now
-from pml.upstream.base import UpstreamPool
+from pml.upstream.base import UpstreamTool
 
 logger = logging.getLogger(__name__)
 
 REFRESH_INTERVAL_S: Final = 0.5
 STATS_INTERVAL_S: Final = 30.0
 RECONCILE_INTERVAL_S: Final = 300.0
-CLOCK_SKEW: Final = timedelta(seconds=60)
 EMBED_BATCH: Final = 64
 QUERY_CACHE_SIZE: Final = 512
+
+
+class ToolSource(Protocol):
+    """Where the upstream tools come from (the upstream pool)."""
+
+    async def list_tools(self) -> list[UpstreamTool]: ...
 
 
 class DiscoveryService:
@@ -59,12 +65,13 @@ class DiscoveryService:
     def __init__(
         self,
         db: Database,
-        pool: UpstreamPool,
+        pool: ToolSource,
         embedder: Embedder,
         *,
         routing: RoutingRules,
         clock: Callable[[], datetime] = utc_now,
         refresh_interval_s: float = REFRESH_INTERVAL_S,
+        query_cache_size: int = QUERY_CACHE_SIZE,
     ) -> None:
         self._db = db
         self._pool = pool
@@ -72,6 +79,7 @@ class DiscoveryService:
         self._routing = routing
         self._clock = clock
         self._refresh_interval_s = refresh_interval_s
+        self._query_cache_size = query_cache_size
         self._index = HybridIndex(embedder.dim)
         self._lock = anyio.Lock()
         self._loaded = False
@@ -80,6 +88,7 @@ class DiscoveryService:
         self._watermark: datetime | None = None
         self._stored: dict[str, tuple[str, bytes]] | None = None
         self._queries: OrderedDict[str, Vector] = OrderedDict()
+        self._changed: set[str] = set()  # FQDNs announced as changed, read at the next sync
         self._indexed: dict[str, str] = {}  # key -> the text its terms were taken from
 
     @property
@@ -91,8 +100,8 @@ class DiscoveryService:
         return len(self._index)
 
     async def capability_changed(self, change: CapabilityChange) -> None:
-        """Registry listener: the next search looks for changes first."""
-        del change
+        """A capability changed (here or in another process): the next search reads it."""
+        self._changed.add(change.fqdn)
         self._dirty = True
 
     async def discover(
@@ -187,9 +196,17 @@ class DiscoveryService:
         for key in list(self._index.keys()):
             if key.startswith("tool:") and key not in tool_keys:
                 self._forget(key)
-        since = None if full or self._watermark is None else self._watermark - CLOCK_SKEW
-        async with self._db.read() as conn:
-            rows = await SqlDiscoveryRepository(conn).capabilities_since(since)
+        since = None if full else self._watermark
+        changed, self._changed = self._changed, set()
+        try:
+            async with self._db.read() as conn:
+                repo = SqlDiscoveryRepository(conn)
+                rows = await repo.capabilities_since(since)
+                if since is not None and changed:
+                    rows.extend(await repo.capabilities(sorted(changed - {r.fqdn for r in rows})))
+        except BaseException:
+            self._changed |= changed  # read them next time
+            raise
         if full:
             present = {capability_key(row.fqdn) for row in rows}
             for key in list(self._index.keys()):
@@ -197,7 +214,7 @@ class DiscoveryService:
                     self._forget(key)
         items.extend(capability_item(row) for row in rows)
         if rows:
-            latest = rows[-1].updated_at
+            latest = max(row.updated_at for row in rows)
             self._watermark = latest if self._watermark is None else max(latest, self._watermark)
         await self._put(items)
         self._loaded = True
@@ -250,7 +267,7 @@ class DiscoveryService:
             return cached
         vector = (await anyio.to_thread.run_sync(self._embedder.embed, [intent]))[0]
         self._queries[intent] = vector
-        if len(self._queries) > QUERY_CACHE_SIZE:
+        if len(self._queries) > self._query_cache_size:
             self._queries.popitem(last=False)
         return vector
 

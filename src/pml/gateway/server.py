@@ -189,6 +189,7 @@ async def open_gateway(
                 notifier = ToolListNotifier()
                 watcher = ToolListWatcher(catalog, notifier, db, origin=registry.origin)
                 registry.on_change(watcher.registry_changed)
+                watcher.on_remote_change(discovery.capability_changed)
                 tools = GatewayTools(
                     CapTools(registry),
                     upstream,

@@ -2,6 +2,7 @@
 
     watcher = ToolListWatcher(catalog, notifier, db, origin=registry.origin)
     registry.on_change(watcher.registry_changed)     # changes made by this process
+    watcher.on_remote_change(discovery.capability_changed)   # others' changes, every kind
     async with watcher.running():                    # other processes: LISTEN or a poll
         ...
 
@@ -26,7 +27,12 @@ import sqlalchemy as sa
 from pml.errors import PmlError
 from pml.gateway.capability_tools import CapabilityToolCatalog, ToolListing
 from pml.gateway.notify import ToolListNotifier
-from pml.registry.changes import CHANGES_CHANNEL, UNNAMED_CAPTURE, CapabilityChange
+from pml.registry.changes import (
+    CHANGES_CHANNEL,
+    UNNAMED_CAPTURE,
+    CapabilityChange,
+    ChangeListener,
+)
 from pml.registry.scope import Scope
 from pml.storage.database import Database
 from pml.storage.tables import capability_records as records
@@ -60,6 +66,7 @@ class ToolListWatcher:
         self._poll_interval_s = poll_interval_s
         self._lock = anyio.Lock()
         self._watermark: tuple[Any, ...] | None = None
+        self._remote_listeners: list[ChangeListener] = []
 
     async def registry_changed(self, change: CapabilityChange) -> None:
         """A change this process committed (the registry's listener)."""
@@ -72,8 +79,16 @@ class ToolListWatcher:
         if change is None:
             logger.warning("ignored a capability change notification that is not PML's")
             return
-        if change.origin != self._origin and change.kind != UNNAMED_CAPTURE:
+        if change.origin == self._origin:
+            return
+        for listener in self._remote_listeners:
+            await listener(change)
+        if change.kind != UNNAMED_CAPTURE:
             await self.project_changed(change.org, change.project)
+
+    def on_remote_change(self, listener: ChangeListener) -> None:
+        """Also tell ``listener`` of every change another process announced (any kind)."""
+        self._remote_listeners.append(listener)
 
     async def project_changed(self, org: str, project: str) -> None:
         """Re-list the callers of ``org.project``; notify those whose list changed."""

@@ -108,11 +108,22 @@ class SqlDiscoveryRepository:
             )
 
     async def capabilities_since(self, since: datetime | None) -> list[CapabilityRow]:
-        """Capabilities changed at or after ``since`` (all when None), oldest change first."""
+        """Capabilities changed after ``since`` (all when None), oldest change first."""
         query = sa.select(*_CAPABILITY_COLUMNS).where(records.c.record_type == "capability")
         if since is not None:
-            query = query.where(records.c.updated_at >= since)
+            query = query.where(records.c.updated_at > since)
         result = await self.conn.execute(query.order_by(records.c.updated_at))
+        return [_capability(row) for row in result.mappings()]
+
+    async def capabilities(self, fqdns: Sequence[str]) -> list[CapabilityRow]:
+        """These capabilities (the ones that exist)."""
+        if not fqdns:
+            return []
+        r = records.c
+        query = sa.select(*_CAPABILITY_COLUMNS).where(
+            r.record_type == "capability", r.fqdn.in_(list(fqdns))
+        )
+        result = await self.conn.execute(query.order_by(r.updated_at))
         return [_capability(row) for row in result.mappings()]
 
     async def capability_stats(self) -> dict[str, tuple[int, int]]:

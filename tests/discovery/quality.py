@@ -1,0 +1,155 @@
+"""Measuring discovery: the reference tools, synthetic capabilities and a query set.
+
+    tools = reference_tools()                       # the real servers' tools (snapshot)
+    names = await fill(registry, scope, generate(2000))   # synthetic capabilities, named
+    report = await evaluate(service, scope, load_queries(path), names)
+    report.recall_at_5, report.p95_ms, report.misses
+
+Used by ``benchmarks/discovery.py`` (the development set) and by the held-out test.
+A query names its expected item as ``tool:<server>:<tool>`` or ``capability:<id>`` (an id
+of the synthetic generator); ``expected_any`` lists equally good answers.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mcp_types
+
+from pml.discovery.service import DiscoveryService
+from pml.registry.models import CapabilityDraft
+from pml.registry.scope import Scope
+from pml.registry.service import CapabilityRegistry
+from pml.upstream.base import UpstreamTool
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHMARK_DATA = ROOT / "benchmarks" / "data"
+DEV_SET = BENCHMARK_DATA / "discovery_dev.json"
+HOLDOUT_SET = Path(__file__).resolve().parent / "data" / "discovery_holdout.json"
+RANKS = 5  # what an agent gets by default; MRR is MRR@5
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from data.synthetic_capabilities import generate  # noqa: E402
+
+__all__ = ["generate"]
+
+
+class StaticTools:
+    """A fixed tool list where the upstream pool would be."""
+
+    def __init__(self, tools: list[UpstreamTool]) -> None:
+        self.tools = tools
+
+    async def list_tools(self) -> list[UpstreamTool]:
+        return list(self.tools)
+
+
+def reference_tools() -> list[UpstreamTool]:
+    """The tools of the reference servers, as ``benchmarks/snapshot_reference_tools.py``
+    listed them from the real servers."""
+    data = json.loads((BENCHMARK_DATA / "reference_tools.json").read_text())
+    return [
+        UpstreamTool(server, mcp_types.Tool.model_validate(tool))
+        for server, tools in data["servers"].items()
+        for tool in tools
+    ]
+
+
+@dataclass(frozen=True)
+class Query:
+    text: str
+    expected: frozenset[str]
+
+
+def load_queries(path: Path) -> list[Query]:
+    queries: list[Query] = []
+    for item in json.loads(path.read_text()):
+        expected = item.get("expected_any") or [item["expected"]]
+        queries.append(Query(item["query"], frozenset(expected)))
+    return queries
+
+
+async def fill(
+    registry: CapabilityRegistry, scope: Scope, items: list[dict[str, Any]]
+) -> dict[str, str]:
+    """Capture ``items`` as named capabilities; display name → generator id."""
+    names: dict[str, str] = {}
+    for item in items:
+        draft = CapabilityDraft(
+            code=item["code"],
+            intent=item["intent"],
+            description=item["description"],
+            tools_used=item["tools_used"],
+            parameters_schema=item["parameters_schema"],
+            name=item["display_name"],
+        )
+        await registry.capture(scope, draft, latency_ms=5.0)
+        names[item["display_name"]] = item["id"]
+    return names
+
+
+@dataclass
+class Report:
+    n_queries: int = 0
+    hits_at_1: int = 0
+    hits_at_5: int = 0
+    reciprocal_ranks: list[float] = field(default_factory=list[float])
+    latencies_ms: list[float] = field(default_factory=list[float])
+    misses: list[tuple[str, list[str]]] = field(default_factory=list[tuple[str, list[str]]])
+
+    @property
+    def recall_at_1(self) -> float:
+        return self.hits_at_1 / self.n_queries
+
+    @property
+    def recall_at_5(self) -> float:
+        return self.hits_at_5 / self.n_queries
+
+    @property
+    def mrr(self) -> float:
+        return sum(self.reciprocal_ranks) / self.n_queries
+
+    def percentile_ms(self, share: float) -> float:
+        ordered = sorted(self.latencies_ms)
+        return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+    def summary(self) -> dict[str, float]:
+        return {
+            "recall_at_1": round(self.recall_at_1, 4),
+            "recall_at_5": round(self.recall_at_5, 4),
+            "mrr": round(self.mrr, 4),
+            "p50_ms": round(statistics.median(self.latencies_ms), 3),
+            "p95_ms": round(self.percentile_ms(0.95), 3),
+        }
+
+
+def result_key(result: dict[str, Any], names: dict[str, str]) -> str:
+    if result["kind"] == "tool":
+        return f"tool:{result['name']}"
+    return f"capability:{names.get(result['name'], result.get('fqdn', ''))}"
+
+
+async def evaluate(
+    service: DiscoveryService, scope: Scope, queries: list[Query], names: dict[str, str]
+) -> Report:
+    """Run every query once (the embedding of each is part of its time)."""
+    report = Report()
+    for query in queries:
+        started = time.perf_counter()
+        results = await service.discover(scope, query.text, limit=RANKS)
+        report.latencies_ms.append((time.perf_counter() - started) * 1000)
+        keys = [result_key(result, names) for result in results]
+        rank = next((i + 1 for i, key in enumerate(keys) if key in query.expected), None)
+        report.n_queries += 1
+        report.hits_at_1 += rank == 1
+        report.hits_at_5 += rank is not None and rank <= 5
+        report.reciprocal_ranks.append(1 / rank if rank else 0.0)
+        if rank is None or rank > 5:
+            report.misses.append((query.text, keys[:3]))
+    return report
