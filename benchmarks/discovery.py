@@ -27,7 +27,7 @@ import anyio
 
 # this script is itself named "discovery": take the helpers from their folder directly
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "discovery"))
-from quality import (
+from quality import (  # pyright: ignore[reportMissingImports]
     DEV_SET,
     StaticTools,
     evaluate,
@@ -36,6 +36,7 @@ from quality import (
     load_queries,
     reference_tools,
 )
+
 from pml.discovery.embedder import load_embedder
 from pml.discovery.service import DiscoveryService
 from pml.registry.models import ListQuery, RoutingRules
@@ -85,7 +86,7 @@ async def run(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description="Discovery quality and speed")
     parser.add_argument("--items", type=int, default=10_000)
     parser.add_argument("--queries", type=Path, default=DEV_SET)
     parser.add_argument("--embedder", default="auto", choices=["auto", "minilm", "hashing"])

@@ -6,17 +6,21 @@ see them.
 
 Identifiers are split (``camelCase``, ``snake_case``, ``kebab-case``, ``server:tool``),
 text is lower-cased, common English words are dropped, and a light stemmer folds plurals
-and ``-ing``/``-ed`` forms so that "files", "listing" and "listed" meet "file" and "list".
+and ``-ing``/``-ed`` forms so that "files", "listing" and "listed" meet "file" and "list"
+(stems need not be words: "create" and "creating" both become "creat").
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
+from functools import lru_cache
 from typing import Final
 
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-_WORD = re.compile(r"[^\W_]+")
+_CHUNK = re.compile(r"[^\W_]+")  # runs of letters and digits: splits snake_, kebab-, dot.case
+# Inside a chunk: ACRONYM (before a Capitalised word), Capitalised or lower words.
+_CAMEL = re.compile(r"[A-Z]+(?![^\W_A-Z])|[A-Z]?[^\W_A-Z]+")
+_UNDOUBLE: Final = frozenset("bdfgmnprt")
 MAX_TERMS: Final = 4000  # a huge text is indexed by its first words only
 
 STOP_WORDS: Final = frozenset(
@@ -92,37 +96,34 @@ STOP_WORDS: Final = frozenset(
 )
 
 
+@lru_cache(maxsize=65536)
 def stem(word: str) -> str:
-    """A light, predictable English stemmer (plurals, -ing, -ed, -ies)."""
-    if len(word) <= 3 or word.isdigit():
-        return word
-    for suffix, replacement, keep in (
-        ("ies", "y", 3),
-        ("sses", "ss", 3),
-        ("ing", "", 4),
-        ("ed", "", 4),
-        ("es", "", 4),
-        ("s", "", 3),
-    ):
-        if word.endswith(suffix) and len(word) - len(suffix) >= keep:
-            if suffix in ("es",) and not word.endswith(("ches", "shes", "xes", "sses", "zes")):
-                return word[:-1]
-            if suffix == "s" and word.endswith(("ss", "us", "is")):
-                return word
-            return word[: len(word) - len(suffix)] + replacement
+    """A light suffix stemmer: plural ``s``, ``ing``, ``ed`` and a final ``e``."""
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if word.endswith("sses"):
+        word = word[:-2]
+    elif len(word) > 3 and word.endswith("s") and word[-2] not in "sui":
+        word = word[:-1]
+    for suffix in ("ing", "ed"):
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            word = word[: -len(suffix)]
+            if len(word) > 3 and word[-1] == word[-2] and word[-1] in _UNDOUBLE:
+                word = word[:-1]  # mapped -> map, running -> run
+            break
+    if len(word) > 4 and word.endswith("e"):
+        word = word[:-1]  # create / created / creating -> creat
     return word
 
 
 def words(text: str) -> list[str]:
-    """Lower-cased words of ``text``, identifiers split, stop words kept."""
-    normal = unicodedata.normalize("NFKC", text)
+    """Lower-cased word tokens of ``text`` (at most ``MAX_TERMS``), identifiers split."""
     found: list[str] = []
-    for token in _WORD.findall(normal):
-        for part in _CAMEL.split(token):
-            if part:
-                found.append(part.lower())
-                if len(found) >= MAX_TERMS:
-                    return found
+    for chunk in _CHUNK.findall(unicodedata.normalize("NFKC", text)):
+        for part in _CAMEL.findall(chunk) or [chunk]:
+            found.append(part.lower())
+        if len(found) >= MAX_TERMS:
+            return found[:MAX_TERMS]
     return found
 
 

@@ -33,9 +33,7 @@ def template(call: str, schema: dict[str, Any]) -> str:
     return f"result = await {call}({kwargs})\nreturn result"
 
 
-async def suggestions(
-    intent: str, *, scope: Scope, discovery: Discoverer
-) -> list[dict[str, Any]]:
+async def suggestions(intent: str, *, scope: Scope, discovery: Discoverer) -> list[dict[str, Any]]:
     """The best tools and capabilities for ``intent``, best first, each with a template."""
     found = await discovery.discover(
         scope, intent, limit=MAX_SUGGESTIONS, min_score=MIN_SUGGESTION_SCORE

@@ -20,9 +20,7 @@ depends_on = None
 
 def upgrade() -> None:
     # discovery reads the capabilities changed since its last look
-    op.create_index(
-        op.f("ix_capability_records_updated_at"), "capability_records", ["updated_at"]
-    )
+    op.create_index(op.f("ix_capability_records_updated_at"), "capability_records", ["updated_at"])
     op.create_table(
         "discovery_vectors",
         sa.Column("item_key", sa.String(length=600), nullable=False),
