@@ -13,7 +13,7 @@ fields are shown as optional ``X`` (several clients in use cannot follow ``$ref`
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, Self, cast
+from typing import Annotated, Any, Final, Literal, Self, cast
 
 import mcp_types
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -21,7 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pml.registry.routing import Routing
 from pml.registry.tools import HistoryParams, ListParams, LookupParams, RenameParams, WhoisParams
 
-Text = Annotated[str, Field(min_length=1, max_length=10_000)]
+TEXT_MAX: Final = 10_000
+Text = Annotated[str, Field(min_length=1, max_length=TEXT_MAX)]
 
 
 class _Params(BaseModel):
@@ -140,6 +141,13 @@ DOCS: dict[str, str] = {
 }
 
 
+# The bounds every free text shares (1..10 000 characters) are checked on every call but not
+# advertised: repeated on each text field they would cost an agent's context more tokens
+# than they help it (an overlong value gets INVALID_INPUT naming the field and the limit).
+_GENERIC_BOUNDS: Final[dict[str, object]] = {"minLength": 1, "maxLength": TEXT_MAX}
+_NO_BOUND: Final = object()
+
+
 def json_schema(model: type[BaseModel], docs: Mapping[str, str] = DOCS) -> dict[str, Any]:
     """The model's JSON schema, self-contained, with a description per documented field."""
     raw = model.model_json_schema()
@@ -165,7 +173,7 @@ def _clean(node: object, defs: Mapping[str, Any], docs: Mapping[str, str]) -> ob
             return _clean({**options[0], **rest}, defs, docs)
     cleaned: dict[str, Any] = {}
     for key, value in schema.items():
-        if key == "title":
+        if key == "title" or _GENERIC_BOUNDS.get(key, _NO_BOUND) == value:
             continue
         if key == "properties":
             properties = cast(dict[str, Any], value)
@@ -199,9 +207,7 @@ def _tool(
         title=title,
         description=description,
         input_schema=json_schema(params, {**DOCS, **(docs or {})}),
-        annotations=mcp_types.ToolAnnotations(
-            title=title, read_only_hint=read_only, open_world_hint=False
-        ),
+        annotations=mcp_types.ToolAnnotations(read_only_hint=read_only, open_world_hint=False),
     )
 
 
