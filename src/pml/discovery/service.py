@@ -28,6 +28,7 @@ from typing import Any, Final, Protocol
 import anyio
 import anyio.to_thread
 import numpy as np
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pml.discovery.base import KindFilter
 from pml.discovery.embedder import Embedder
@@ -153,7 +154,7 @@ class DiscoveryService:
 
     async def refresh_stats(self) -> None:
         """Re-read every capability's usage and success counts (their prior)."""
-        async with self._db.read() as conn:
+        async with self._step(write=False) as conn:
             stats = await SqlDiscoveryRepository(conn).capability_stats()
         for fqdn, (usage, success) in stats.items():
             self._index.set_stats(capability_key(fqdn), usage, success)
@@ -189,7 +190,7 @@ class DiscoveryService:
 
     async def _sync(self, *, full: bool) -> None:
         if self._stored is None:
-            async with self._db.read() as conn:
+            async with self._step(write=False) as conn:
                 self._stored = await SqlDiscoveryRepository(conn).vectors(self.model_id)
         items = [tool_item(tool) for tool in await self._pool.list_tools()]
         tool_keys = {item.entry.key for item in items}
@@ -199,7 +200,7 @@ class DiscoveryService:
         since = None if full else self._watermark
         changed, self._changed = self._changed, set()
         try:
-            async with self._db.read() as conn:
+            async with self._step(write=False) as conn:
                 repo = SqlDiscoveryRepository(conn)
                 rows = await repo.capabilities_since(since)
                 if since is not None and changed:
@@ -255,7 +256,7 @@ class DiscoveryService:
             for item, vector in zip(batch, vectors, strict=True)
         ]
         try:
-            async with self._db.transaction() as conn:
+            async with self._step(write=True) as conn:
                 await SqlDiscoveryRepository(conn).save_vectors(self.model_id, rows, self._clock())
         except PmlError as error:  # the index has them; only a restart pays for this
             logger.warning("discovery vectors not stored: %s", error)
@@ -270,6 +271,15 @@ class DiscoveryService:
         if len(self._queries) > self._query_cache_size:
             self._queries.popitem(last=False)
         return vector
+
+    @asynccontextmanager
+    async def _step(self, *, write: bool) -> AsyncGenerator[AsyncConnection]:
+        """One short database step, shielded: a shutdown that cancels the background load
+        waits for the query in flight instead of abandoning its connection mid-statement
+        (an aiosqlite connection dropped that way is closed by a task that never ends)."""
+        with anyio.CancelScope(shield=True):
+            async with self._db.transaction() if write else self._db.read() as conn:
+                yield conn
 
     def _forget(self, key: str) -> None:
         self._index.remove(key)
