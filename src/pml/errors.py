@@ -25,7 +25,7 @@ result; the CLI prints one line and exits 1.
     ├── ToolCallError         TOOL_ERROR
     ├── UpstreamUnavailable   UPSTREAM_UNAVAILABLE
     ├── StorageError          STORAGE_ERROR
-    ├── NotAvailable          NOT_AVAILABLE   (a tool whose part of PML is not built yet)
+    ├── NotAvailable          NOT_AVAILABLE   (a tool whose service this gateway runs without)
     ├── Unauthorized          UNAUTHORIZED    (no valid API key: HTTP 401)
     └── InternalError         INTERNAL_ERROR  (a bug: logged, generic message to the caller)
 

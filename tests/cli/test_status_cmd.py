@@ -192,6 +192,7 @@ def test_status_json_reports_each_server_the_catalog_and_api_keys(cli: Cli) -> N
         "catalog",
         "servers",
         "tool_usage",
+        "curation",
     }
     assert status["tool_usage"] == [
         {

@@ -11,8 +11,10 @@ from mcp import Client
 
 from gateway.upstreams import MODES, Upstream, data_of, error_of, gateway_settings, tool
 from pml.gateway.server import Gateway, open_gateway
+from pml.gateway.tools import GatewayTools
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityDraft
+from pml.registry.tools import CapTools
 from pml.upstream.pool import ClientPool
 
 pytestmark = pytest.mark.anyio
@@ -186,23 +188,44 @@ async def test_wrong_argument_types_are_invalid_input_naming_the_field(
     assert field in error["message"]
 
 
-# -- not built yet ---------------------------------------------------------------------------
+SCOPE = Scope("acme", "webapp", "erwan")  # the test gateway's caller
+
+
+# -- discovery and curation ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "key"),
+    [
+        ("pml_discover", {"intent": "echo the arguments", "limit": 3, "kind": "tool"}, "results"),
+        ("cap_curate", {"mode": "suggest"}, "suggestions"),
+        ("cap:curate", {}, "suggestions"),
+    ],
+)
+async def test_discover_and_curate_answer_under_every_spelling(
+    client: Client, name: str, arguments: dict[str, Any], key: str
+) -> None:
+    assert isinstance(data_of(await client.call_tool(name, arguments))[key], list)
 
 
 @pytest.mark.parametrize(
     ("name", "arguments"),
     [
-        ("pml_discover", {"intent": "read a file", "limit": 3, "kind": "tool"}),
+        ("pml_execute", {"intent": "x", "code": "return 1"}),
+        ("pml_discover", {"intent": "read a file"}),
         ("cap_curate", {"mode": "suggest"}),
-        ("cap:curate", {}),
     ],
 )
-async def test_tools_not_built_yet_answer_not_available(
-    client: Client, name: str, arguments: dict[str, Any]
+async def test_a_tool_surface_built_without_a_service_answers_not_available(
+    gateway: Gateway, name: str, arguments: dict[str, Any]
 ) -> None:
-    error = error_of(await client.call_tool(name, arguments))
+    bare = GatewayTools(CapTools(gateway.registry), gateway.pool, expose_upstream=False)
+    result = await bare.call_tool(SCOPE, name, arguments)
+    error = error_of(result)
     assert error["code"] == "NOT_AVAILABLE"
-    assert "not available yet" in error["message"]
+    assert error["message"] == f"{name} is not available in this gateway"
+    malformed = error_of(await bare.call_tool(SCOPE, name, {"intent": 42}))
+    assert malformed["code"] == "INVALID_INPUT"  # a malformed call is told so first
 
 
 @pytest.mark.parametrize("name", ["pml_execute", "pml:execute"])
@@ -221,7 +244,7 @@ async def test_pml_execute_runs_under_both_spellings(client: Client, name: str) 
         ("cap_curate", {"mode": "apply"}),
     ],
 )
-async def test_malformed_calls_of_tools_not_built_yet_are_invalid_input(
+async def test_malformed_discover_and_curate_calls_are_invalid_input(
     client: Client, name: str, arguments: dict[str, Any]
 ) -> None:
     assert error_of(await client.call_tool(name, arguments))["code"] == "INVALID_INPUT"

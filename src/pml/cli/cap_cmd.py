@@ -1,11 +1,17 @@
-"""``pml cap list|lookup|whois|rename|history``: the ``cap_*`` tools on the command line.
+"""``pml cap list|lookup|whois|rename|history|curate``: the ``cap_*`` tools on the command line.
 
 Each verb builds the same arguments an agent would send and calls the same tool, so the
-fields, filters and errors are those of SPEC §6.5; ``--json`` prints the tool's JSON.
+fields, filters and errors are those of SPEC §6.5; ``--json`` prints the tool's JSON::
+
+    pml cap curate                                  # suggest names, change nothing
+    pml cap curate --mode auto --min-usage 3        # apply the confident ones
+    pml cap curate --rename unnamed_a7f3b2c1=fs:read_json --json
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Annotated, Any
 
 import typer
@@ -15,6 +21,7 @@ from rich.text import Text
 
 from pml.cli.common import ConfigOption, JsonOption, load_cli_settings, print_json, run_command
 from pml.cli.runtime import open_registry
+from pml.errors import InvalidInput
 
 TagOption = Annotated[
     list[str] | None, typer.Option("--tag", help="A tag (repeat for several; all must match).")
@@ -29,6 +36,15 @@ def _call(
             return await session.tools.call(tool, session.scope, arguments)
 
     return run_command(body, as_json=as_json)
+
+
+def parse_rename(text: str) -> dict[str, str]:
+    """``ID=NAME`` as ``{"id", "name"}`` (``INVALID_INPUT`` without an ``=``)."""
+    ref, sep, name = text.partition("=")
+    if not sep or not ref or not name:
+        shown = text if len(text) <= 60 else text[:60] + "…"
+        raise InvalidInput(f"--rename expects ID=NAME, not {shown!r}", field="rename")
+    return {"id": ref, "name": name}
 
 
 def _print_fields(data: dict[str, Any], keys: list[str]) -> None:
@@ -204,5 +220,57 @@ def register(app: typer.Typer) -> None:
             )
             if entry["diff"]:
                 typer.echo(entry["diff"])
+
+    @group.command("curate")
+    def curate(
+        ctx: typer.Context,
+        mode: Annotated[
+            str | None,
+            typer.Option(help="suggest, auto or apply (default: apply if --rename, else suggest)."),
+        ] = None,
+        unnamed_only: Annotated[
+            bool,
+            typer.Option("--unnamed-only/--all", help="Only unnamed capabilities (default)."),
+        ] = True,
+        min_usage: Annotated[
+            int, typer.Option("--min-usage", help="Only capabilities used at least N times.")
+        ] = 0,
+        rename: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--rename",
+                metavar="ID=NAME",
+                help="For apply: rename ID (FQDN, name or id) to NAME; repeat for several.",
+            ),
+        ] = None,
+        config: ConfigOption = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        """Suggest names for unnamed capabilities, apply the confident ones, or rename."""
+        from pml.cli.curation_view import print_curation, run_curation
+
+        async def body() -> dict[str, Any]:
+            renames = [parse_rename(item) for item in rename or []]
+            arguments: dict[str, Any] = {
+                "mode": mode if mode is not None else ("apply" if renames else "suggest"),
+                "filter": {"unnamed_only": unnamed_only, "min_usage": min_usage},
+            }
+            if renames:
+                arguments["renames"] = renames
+            settings = load_cli_settings(ctx, config)
+            return await run_curation(settings, arguments, environ=os.environ)
+
+        result = run_command(body, as_json=as_json)
+        if as_json:
+            print_json(result)
+        else:
+            print_curation(result, Console())
+        failed = [item for item in result["skipped"] if "error" in item]
+        if failed:
+            print(
+                f"error: {len(failed)} rename(s) not applied (see skipped)",
+                file=sys.stderr,
+            )
+            raise typer.Exit(code=1)
 
     app.add_typer(group, name="cap")

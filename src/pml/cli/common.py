@@ -13,11 +13,14 @@ import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from pml.errors import PmlError
+
+if TYPE_CHECKING:
+    from pml.config import Settings
 
 T = TypeVar("T")
 
@@ -77,3 +80,10 @@ def run_command(body: Callable[[], Awaitable[T]], *, as_json: bool = False) -> T
 
 async def _call(body: Callable[[], Awaitable[T]]) -> T:
     return await body()
+
+
+def llm_key(settings: Settings) -> str | None:
+    """The ``[llm]`` endpoint's API key, from the variable ``llm.api_key_env`` names."""
+    from pml.llm import llm_api_key
+
+    return llm_api_key(settings.llm, os.environ)

@@ -14,7 +14,14 @@ from typing import Annotated, Any, cast
 
 import typer
 
-from pml.cli.common import ConfigOption, JsonOption, load_cli_settings, print_json, run_command
+from pml.cli.common import (
+    ConfigOption,
+    JsonOption,
+    llm_key,
+    load_cli_settings,
+    print_json,
+    run_command,
+)
 from pml.errors import error_from_dict
 
 DESCRIPTION_CHARS = 100
@@ -58,7 +65,7 @@ def register(app: typer.Typer) -> None:
 
             arguments = {"intent": intent, "kind": kind, "limit": limit, "min_score": min_score}
             settings = load_cli_settings(ctx, config)
-            async with open_gateway(settings) as gateway:
+            async with open_gateway(settings, llm_api_key=llm_key(settings)) as gateway:
                 result = await gateway.tools.call_tool(
                     gateway.default_scope, "pml_discover", arguments
                 )

@@ -18,7 +18,14 @@ from typing import Annotated, Any, cast
 
 import typer
 
-from pml.cli.common import ConfigOption, JsonOption, load_cli_settings, print_json, run_command
+from pml.cli.common import (
+    ConfigOption,
+    JsonOption,
+    llm_key,
+    load_cli_settings,
+    print_json,
+    run_command,
+)
 from pml.errors import InvalidInput, error_from_dict
 
 MAX_CODE_FILE_BYTES = 10_000_000  # the sandbox's own limit applies after; this bounds the read
@@ -133,7 +140,7 @@ def register(app: typer.Typer) -> None:
                 intent, code, capability, arg or [], name, update, routing, timeout_ms
             )
             settings = load_cli_settings(ctx, config)
-            async with open_gateway(settings) as gateway:
+            async with open_gateway(settings, llm_api_key=llm_key(settings)) as gateway:
                 result = await gateway.tools.call_tool(
                     gateway.default_scope, "pml_execute", arguments
                 )

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from pml.cli.common import ConfigOption, load_cli_settings, run_command
+from pml.cli.common import ConfigOption, llm_key, load_cli_settings, run_command
 from pml.errors import ConfigError, InvalidInput
 
 _HOST_PORT = re.compile(
@@ -66,13 +66,15 @@ def register(app: typer.Typer) -> None:
             if address is None:
                 from pml.gateway.server import serve_stdio
 
-                await serve_stdio(settings)
+                await serve_stdio(settings, llm_api_key=llm_key(settings))
                 return
             from pml.gateway.http import serve_http
 
             host, port = address
             try:
-                await serve_http(settings, host, port, ready=_announce)
+                await serve_http(
+                    settings, host, port, ready=_announce, llm_api_key=llm_key(settings)
+                )
             except OSError as error:
                 reason = error.strerror or str(error)
                 raise ConfigError(f"cannot serve HTTP on {host}:{port}: {reason}") from None

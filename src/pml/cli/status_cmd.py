@@ -1,5 +1,6 @@
-"""``pml status``: the database, capability counts, API keys, the tool catalog and, for each
-configured upstream server, the last state a running gateway reported.
+"""``pml status``: the database, capability counts, API keys, the tool catalog, the latest
+curation run and, for each configured upstream server, the last state a running gateway
+reported.
 
 Read-only: a database behind the shipped migrations is reported, not upgraded, and an SQLite
 file that does not exist is reported, not created. Every string that comes from the user or
@@ -23,6 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pml.cli.common import ConfigOption, JsonOption, load_cli_settings, print_json, run_command
+from pml.cli.curation_view import latest_curation, print_latest_curation
 from pml.config import ServerSettings, Settings
 from pml.errors import StorageError
 from pml.registry.scope import Scope
@@ -152,6 +154,7 @@ async def collect_status(settings: Settings) -> dict[str, Any]:
     catalog_counts: dict[str, int] | None = None
     flagged: list[dict[str, Any]] | None = None
     usage: list[dict[str, Any]] | None = None
+    curation: dict[str, Any] | None = None
     path = sqlite_file(settings.database_url)
     if path is not None and not path.is_file():
         database.update(exists=False, hint=UPGRADE_HINT)
@@ -166,6 +169,7 @@ async def collect_status(settings: Settings) -> dict[str, Any]:
                 reports = await _reports(db)
                 catalog_counts, flagged = await _catalog(db)
                 usage = await _tool_usage(db, scope)
+                curation = await latest_curation(db, scope)
             else:
                 database["hint"] = UPGRADE_HINT
         except StorageError as error:
@@ -196,6 +200,7 @@ async def collect_status(settings: Settings) -> dict[str, Any]:
         "catalog": catalog,
         "servers": servers,
         "tool_usage": usage,
+        "curation": curation,
     }
 
 
@@ -312,6 +317,8 @@ def print_status(report: dict[str, Any], console: Console) -> None:
                 console.print(safe_text(f"{server['name']}: last error: {server['last_error']}"))
     else:
         console.print(safe_text("no upstream servers configured (add [servers.NAME] to pml.toml)"))
+    if report["capabilities"] is not None:
+        print_latest_curation(report["curation"], console)
     usage = report["tool_usage"]
     if usage:
         console.print(_usage_table(usage))
@@ -329,7 +336,7 @@ def register(app: typer.Typer) -> None:
     def status(
         ctx: typer.Context, config: ConfigOption = None, as_json: JsonOption = False
     ) -> None:
-        """Show the database, capabilities, API keys, tool catalog and upstream servers."""
+        """Show the database, capabilities, curation, API keys, tool catalog and servers."""
 
         async def body() -> dict[str, Any]:
             return await collect_status(load_cli_settings(ctx, config))

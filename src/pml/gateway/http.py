@@ -263,6 +263,7 @@ async def serve_http(
     pool: UpstreamPool | None = None,
     authenticate: Authenticate | None = None,
     ready: Callable[[str], None] | None = None,
+    llm_api_key: str | None = None,
 ) -> None:
     """Serve the gateway over HTTP until SIGINT/SIGTERM, then stop the pool and the database.
 
@@ -270,7 +271,7 @@ async def serve_http(
     ``ready(base_url)`` is called once requests are served.
     """
     with contextlib.closing(listen_socket(host, port)) as sock:
-        async with open_gateway(settings, pool=pool) as gateway:
+        async with open_gateway(settings, pool=pool, llm_api_key=llm_api_key) as gateway:
             app = create_app(gateway, authenticate=authenticate, host=host)
             async with _serving(app, sock) as server:
                 if ready is not None:

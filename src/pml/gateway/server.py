@@ -40,6 +40,7 @@ from pml.gateway.notify import Context, ToolListNotifier
 from pml.gateway.stdio import claim_stdio, serve_on_pipes
 from pml.gateway.tools import Executor, GatewayTools, UsageSink, error_result
 from pml.gateway.watch import ToolListWatcher
+from pml.llm import JsonCompleter, open_llm
 from pml.registry.routing import server_routing
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityRegistry
@@ -50,6 +51,7 @@ from pml.upstream.children import terminate_children
 from pml.wiring import routing_rules, scope_of
 
 if TYPE_CHECKING:
+    from pml.curation.service import CurationService
     from pml.discovery.service import DiscoveryService
 
 logger = logging.getLogger(__name__)
@@ -160,6 +162,7 @@ class Gateway:
     catalog: CapabilityToolCatalog
     watcher: ToolListWatcher
     discovery: DiscoveryService
+    curation: CurationService
 
     async def notify_tools_changed(self) -> None:
         """Tell connected clients to list tools again (e.g. after a capability rename)."""
@@ -168,9 +171,12 @@ class Gateway:
 
 @asynccontextmanager
 async def open_gateway(
-    settings: Settings, *, pool: UpstreamPool | None = None
+    settings: Settings, *, pool: UpstreamPool | None = None, llm_api_key: str | None = None
 ) -> AsyncGenerator[Gateway]:
-    """Open the database, the registry and the pool; on exit stop the pool, close the db."""
+    """Open the database, the registry and the pool; on exit stop the pool, close the db.
+
+    ``llm_api_key`` is the key of the ``[llm]`` endpoint, read by the entry point from the
+    variable ``llm.api_key_env`` names (core code never reads the environment)."""
     db = await Database.open(settings.database_url)
     try:
         registry = CapabilityRegistry(db, routing=routing_rules(settings))
@@ -184,12 +190,17 @@ async def open_gateway(
             async with (
                 discovery.running(),
                 open_executor(settings, db, registry, upstream, discovery) as (executor, recorder),
+                open_llm(settings.llm, api_key=llm_api_key) as llm,
             ):
                 catalog = CapabilityToolCatalog(db)
                 notifier = ToolListNotifier()
                 watcher = ToolListWatcher(catalog, notifier, db, origin=registry.origin)
                 registry.on_change(watcher.registry_changed)
                 watcher.on_remote_change(discovery.capability_changed)
+                # Only this process's captures count towards its automatic curation runs
+                # (the count itself is read from the database): replicas never race.
+                curation = _curation(registry, db, settings, llm)
+                registry.on_change(curation.capability_changed)
                 tools = GatewayTools(
                     CapTools(registry),
                     upstream,
@@ -198,10 +209,10 @@ async def open_gateway(
                     catalog=catalog,
                     usage=recorder,
                     page_size=settings.tools_page_size,
-                    handlers=service_handlers(discovery=discovery),
+                    handlers=service_handlers(discovery=discovery, curation=curation),
                 )
                 server = build_server(tools, default_scope=default_scope, notifier=notifier)
-                async with watcher.running():
+                async with watcher.running(), curation.running():
                     await _warm(catalog, default_scope)
                     yield Gateway(
                         settings,
@@ -215,6 +226,7 @@ async def open_gateway(
                         catalog,
                         watcher,
                         discovery,
+                        curation,
                     )
         finally:
             # Not inside a cancel scope of ours: a pool may close task groups it opened in
@@ -249,6 +261,14 @@ async def register_servers(registry: CapabilityRegistry, settings: Settings, sco
             await registry.register_mcp_server(scope, name, code_url=code_url, routing=routing)
         except PmlError as error:
             logger.warning("server %r is not recorded in the registry: %s", name, error.message)
+
+
+def _curation(
+    registry: CapabilityRegistry, db: Database, settings: Settings, llm: JsonCompleter | None
+) -> CurationService:
+    from pml.curation.service import CurationService
+
+    return CurationService(registry, db, settings=settings.curation, llm=llm)
 
 
 def open_discovery(settings: Settings, db: Database, pool: UpstreamPool) -> DiscoveryService:
@@ -300,7 +320,9 @@ def default_pool(settings: Settings, db: Database) -> UpstreamPool:
     return ClientPool(settings.servers, settings=settings.upstream, catalog=CatalogStore(db))
 
 
-async def serve_stdio(settings: Settings, *, pool: UpstreamPool | None = None) -> None:
+async def serve_stdio(
+    settings: Settings, *, pool: UpstreamPool | None = None, llm_api_key: str | None = None
+) -> None:
     """Serve over this process's stdin/stdout until the client leaves or SIGTERM/SIGINT.
 
     Pipes (what MCP clients give) are served on the event loop with the pass-through fast
@@ -322,7 +344,7 @@ async def serve_stdio(settings: Settings, *, pool: UpstreamPool | None = None) -
                 )
                 await serve_on_pipes(gateway.server, pipes, lane=lane)
 
-            await _serve_until_stopped(settings, pool, on_pipes)
+            await _serve_until_stopped(settings, pool, on_pipes, llm_api_key)
             return
     async with stdio_server() as (read, write):
 
@@ -331,18 +353,19 @@ async def serve_stdio(settings: Settings, *, pool: UpstreamPool | None = None) -
             await server.run(read, write, server.create_initialization_options())
 
         # Ends by the signal (if any) inside: leaving stdio_server waits for its stdin reader.
-        await _serve_until_stopped(settings, pool, on_sdk_streams)
+        await _serve_until_stopped(settings, pool, on_sdk_streams, llm_api_key)
 
 
 async def _serve_until_stopped(
     settings: Settings,
     pool: UpstreamPool | None,
     serve: Callable[[Gateway], Awaitable[None]],
+    llm_api_key: str | None,
 ) -> None:
     received: list[int] = []
     serving = anyio.CancelScope()  # a signal cancels the serving, never the orderly stop
     with _signals_stop_children(received, serving):
-        async with open_gateway(settings, pool=pool) as gateway:
+        async with open_gateway(settings, pool=pool, llm_api_key=llm_api_key) as gateway:
             with serving:
                 await serve(gateway)
         # Backstop: every upstream session is closed by now, so any child still alive would

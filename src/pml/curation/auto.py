@@ -1,0 +1,113 @@
+"""Automatic suggest runs: after N new unnamed capabilities of a project, suggest names.
+
+    auto = AutoRuns(db, start_run, after=10)        # start_run(scope) runs ``suggest``
+    registry.on_change(auto.capability_changed)     # hears UNNAMED_CAPTURE changes
+    async with auto.running():                      # hosts the background runs
+        ...
+    await auto.settled()                            # (tests) until no check or run is left
+
+A capture only schedules a check: the listener returns at once, so a capture never waits
+for (or fails because of) curation. The check counts, in the database, the unnamed
+capabilities of the project created since its last ``suggest``/``auto`` run (so the count
+survives restarts and includes captures made by other processes), and starts a run when
+there are at least ``after``. One check or run per project at a time in this process;
+captures that arrive meanwhile make it look again when it is done. Outside ``running()``
+(a CLI command) changes are ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Final
+
+import anyio
+from anyio.abc import TaskGroup
+
+from pml.errors import PmlError
+from pml.registry.changes import UNNAMED_CAPTURE, CapabilityChange
+from pml.registry.scope import Scope
+from pml.storage.curation_repo import SqlCurationRepository
+from pml.storage.database import Database
+
+logger = logging.getLogger(__name__)
+
+# The user automatic runs act as: it sees the project's capabilities except private ones.
+AUTO_USER: Final = "pml-curation"
+COUNTED_MODES: Final = ("suggest", "auto")
+
+StartRun = Callable[[Scope], Awaitable[object]]
+
+
+class AutoRuns:
+    """Schedules automatic suggest runs per org/project (see module)."""
+
+    def __init__(self, db: Database, start_run: StartRun, *, after: int) -> None:
+        self._db = db
+        self._start_run = start_run
+        self.after = after
+        self._tasks: TaskGroup | None = None
+        self._busy: set[tuple[str, str]] = set()
+        self._again: set[tuple[str, str]] = set()
+        self._waiters: list[anyio.Event] = []
+        self.runs_started = 0
+
+    async def capability_changed(self, change: CapabilityChange) -> None:
+        """A registry change listener: schedule a check after a new unnamed capability."""
+        if change.kind != UNNAMED_CAPTURE or self.after <= 0 or self._tasks is None:
+            return
+        key = (change.org, change.project)
+        if key in self._busy:
+            self._again.add(key)
+            return
+        self._busy.add(key)
+        self._tasks.start_soon(self._work, key)
+
+    @asynccontextmanager
+    async def running(self) -> AsyncGenerator[None]:
+        """Run scheduled checks and runs in the background while the block runs."""
+        async with anyio.create_task_group() as tasks:
+            self._tasks = tasks
+            try:
+                yield
+            finally:
+                self._tasks = None
+                tasks.cancel_scope.cancel()
+
+    async def settled(self) -> None:
+        """Return when no check or run is scheduled or in progress."""
+        while self._busy:
+            event = anyio.Event()
+            self._waiters.append(event)
+            await event.wait()
+
+    async def due(self, org: str, project: str) -> bool:
+        """Whether ``after`` unnamed capabilities were created since the last run."""
+        async with self._db.read() as conn:
+            repo = SqlCurationRepository(conn)
+            since = await repo.last_run_at(org, project, COUNTED_MODES)
+            count = await repo.count_unnamed_since(org, project, since)
+        return count >= self.after
+
+    async def _work(self, key: tuple[str, str]) -> None:
+        org, project = key
+        try:
+            while True:
+                self._again.discard(key)
+                if await self.due(org, project):
+                    self.runs_started += 1
+                    await self._start_run(Scope(org, project, AUTO_USER))
+                if key not in self._again:
+                    return
+        except PmlError as error:
+            logger.warning("automatic curation of %s.%s failed: %s", org, project, error)
+        except Exception:  # top-level handler of a background task: never reaches a capture
+            logger.exception("automatic curation of %s.%s failed", org, project)
+        finally:
+            self._busy.discard(key)
+            self._again.discard(key)
+            if not self._busy:
+                waiters, self._waiters = self._waiters, []
+                for event in waiters:
+                    event.set()
