@@ -13,11 +13,11 @@ import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
 import typer
 
-from pml.errors import PmlError
+from pml.errors import PmlError, error_from_dict
 
 if TYPE_CHECKING:
     from pml.config import Settings
@@ -80,6 +80,22 @@ def run_command(body: Callable[[], Awaitable[T]], *, as_json: bool = False) -> T
 
 async def _call(body: Callable[[], Awaitable[T]]) -> T:
     return await body()
+
+
+async def call_gateway_tool(
+    settings: Settings, name: str, arguments: dict[str, Any]
+) -> dict[str, Any]:
+    """Open the configured gateway, call one of its tools as the default scope, and return
+    its JSON; an ``isError`` answer is raised as its ``PmlError``."""
+    from pml.gateway.server import open_gateway
+
+    async with open_gateway(settings, llm_api_key=llm_key(settings)) as gateway:
+        result = await gateway.tools.call_tool(gateway.default_scope, name, arguments)
+    answer: dict[str, Any] = result.structured_content or {}
+    if result.is_error:
+        error: object = answer.get("error")
+        raise error_from_dict(cast("dict[str, Any]", error) if isinstance(error, dict) else {})
+    return answer
 
 
 def llm_key(settings: Settings) -> str | None:

@@ -17,12 +17,11 @@ import typer
 from pml.cli.common import (
     ConfigOption,
     JsonOption,
-    llm_key,
+    call_gateway_tool,
     load_cli_settings,
     print_json,
     run_command,
 )
-from pml.errors import error_from_dict
 
 DESCRIPTION_CHARS = 100
 
@@ -61,21 +60,9 @@ def register(app: typer.Typer) -> None:
         """Find the tools and capabilities that fit an intent."""
 
         async def body() -> dict[str, Any]:
-            from pml.gateway.server import open_gateway
-
             arguments = {"intent": intent, "kind": kind, "limit": limit, "min_score": min_score}
             settings = load_cli_settings(ctx, config)
-            async with open_gateway(settings, llm_api_key=llm_key(settings)) as gateway:
-                result = await gateway.tools.call_tool(
-                    gateway.default_scope, "pml_discover", arguments
-                )
-            answer: dict[str, Any] = result.structured_content or {}
-            if result.is_error:
-                error: object = answer.get("error")
-                raise error_from_dict(
-                    cast("dict[str, Any]", error) if isinstance(error, dict) else {}
-                )
-            return answer
+            return await call_gateway_tool(settings, "pml_discover", arguments)
 
         answer = run_command(body, as_json=as_json)
         if as_json:

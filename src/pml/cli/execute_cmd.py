@@ -14,19 +14,19 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 import typer
 
 from pml.cli.common import (
     ConfigOption,
     JsonOption,
-    llm_key,
+    call_gateway_tool,
     load_cli_settings,
     print_json,
     run_command,
 )
-from pml.errors import InvalidInput, error_from_dict
+from pml.errors import InvalidInput
 
 MAX_CODE_FILE_BYTES = 10_000_000  # the sandbox's own limit applies after; this bounds the read
 
@@ -134,23 +134,11 @@ def register(app: typer.Typer) -> None:
         """Run a snippet (it becomes a capability) or a capability by name."""
 
         async def body() -> dict[str, Any]:
-            from pml.gateway.server import open_gateway
-
             arguments = execute_arguments(
                 intent, code, capability, arg or [], name, update, routing, timeout_ms
             )
             settings = load_cli_settings(ctx, config)
-            async with open_gateway(settings, llm_api_key=llm_key(settings)) as gateway:
-                result = await gateway.tools.call_tool(
-                    gateway.default_scope, "pml_execute", arguments
-                )
-            answer: dict[str, Any] = result.structured_content or {}
-            if result.is_error:
-                error: object = answer.get("error")
-                raise error_from_dict(
-                    cast("dict[str, Any]", error) if isinstance(error, dict) else {}
-                )
-            return answer
+            return await call_gateway_tool(settings, "pml_execute", arguments)
 
         answer = run_command(body, as_json=as_json)
         if as_json:
