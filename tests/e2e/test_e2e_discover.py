@@ -19,8 +19,9 @@ from e2e.support import Upstream, pml_stdio, result_json, sqlite_url, write_conf
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
 HOLDOUT = Path(__file__).resolve().parents[1] / "discovery" / "data" / "discovery_holdout.json"
-# Measured on the held-out intents with the five servers: see docs/discovery.md.
-MIN_RECALL_AT_5 = 0.9
+# Measured: 48 of these 53 intents (0.906); the margin allows for another CPU's int8 kernels
+# moving a borderline result (see docs/discovery.md).
+MIN_RECALL_AT_5 = 0.85
 
 
 def tool_queries(servers: set[str]) -> list[tuple[str, set[str]]]:

@@ -20,8 +20,6 @@ from rich.text import Text
 
 from pml.cli.runtime import open_registry
 from pml.config import Settings
-from pml.curation import CurationService
-from pml.llm import llm_api_key, open_llm
 from pml.registry.scope import Scope
 from pml.storage.curation_repo import SqlCurationRepository
 from pml.storage.database import Database
@@ -33,6 +31,11 @@ async def run_curation(
     settings: Settings, arguments: dict[str, Any], *, environ: Mapping[str, str]
 ) -> dict[str, Any]:
     """One ``cap_curate`` call in the configured scope (the LLM key read from ``environ``)."""
+    # Imported here: the curation service brings the MCP types, which other pml commands
+    # (pml cap list, pml status) must not pay for at start.
+    from pml.curation import CurationService
+    from pml.llm import llm_api_key, open_llm
+
     key = llm_api_key(settings.llm, environ)
     async with open_llm(settings.llm, api_key=key) as client, open_registry(settings) as session:
         service = CurationService(
