@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shlex
 import signal
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
@@ -31,17 +30,22 @@ from mcp.shared.exceptions import MCPError
 
 from pml import __version__
 from pml.config import Settings
-from pml.discovery.base import Discoverer
 from pml.errors import InvalidInput, PmlError, Unauthorized
 from pml.gateway.capability_tools import CapabilityToolCatalog
 from pml.gateway.fast_lane import ToolCallLane
 from pml.gateway.handlers import service_handlers
 from pml.gateway.notify import Context, ToolListNotifier
+from pml.gateway.services import (
+    default_pool,
+    open_curation,
+    open_discovery,
+    open_executor,
+    register_servers,
+)
 from pml.gateway.stdio import claim_stdio, serve_on_pipes
-from pml.gateway.tools import Executor, GatewayTools, UsageSink, error_result
+from pml.gateway.tools import Executor, GatewayTools, error_result
 from pml.gateway.watch import ToolListWatcher
-from pml.llm import JsonCompleter, open_llm
-from pml.registry.routing import server_routing
+from pml.llm import open_llm
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityRegistry
 from pml.registry.tools import CapTools
@@ -199,7 +203,7 @@ async def open_gateway(
                 watcher.on_remote_change(discovery.capability_changed)
                 # Only this process's captures count towards its automatic curation runs
                 # (the count itself is read from the database): replicas never race.
-                curation = _curation(registry, db, settings, llm)
+                curation = open_curation(registry, db, settings, llm)
                 registry.on_change(curation.capability_changed)
                 tools = GatewayTools(
                     CapTools(registry),
@@ -243,81 +247,6 @@ async def _warm(catalog: CapabilityToolCatalog, scope: Scope) -> None:
         await catalog.listing(scope)
     except PmlError as error:
         logger.warning("capability tools not listed at start: %s", error.message)
-
-
-async def register_servers(registry: CapabilityRegistry, settings: Settings, scope: Scope) -> None:
-    """Record every enabled upstream server as ``mcp:<name>`` in the deployment's scope (§6.8).
-
-    A changed command becomes a new version of the record; a server the registry refuses
-    (e.g. its name is taken by a capability) is logged and served all the same.
-    """
-    rules = routing_rules(settings)
-    for name, server in sorted(settings.servers.items()):
-        if server.disabled:
-            continue
-        code_url = server.url or shlex.join([server.command or "", *server.args])
-        routing = server_routing(name, rules.cloud, rules.local)
-        try:
-            await registry.register_mcp_server(scope, name, code_url=code_url, routing=routing)
-        except PmlError as error:
-            logger.warning("server %r is not recorded in the registry: %s", name, error.message)
-
-
-def _curation(
-    registry: CapabilityRegistry, db: Database, settings: Settings, llm: JsonCompleter | None
-) -> CurationService:
-    from pml.curation.service import CurationService
-
-    return CurationService(registry, db, settings=settings.curation, llm=llm)
-
-
-def open_discovery(settings: Settings, db: Database, pool: UpstreamPool) -> DiscoveryService:
-    """``pml_discover``'s service with the configured embedder (imported lazily)."""
-    from pml.discovery.embedder import load_embedder
-    from pml.discovery.service import DiscoveryService
-
-    embedder = load_embedder(settings.discovery.embedder)
-    return DiscoveryService(db, pool, embedder, routing=routing_rules(settings))
-
-
-@asynccontextmanager
-async def open_executor(
-    settings: Settings,
-    db: Database,
-    registry: CapabilityRegistry,
-    pool: UpstreamPool,
-    discovery: Discoverer,
-) -> AsyncGenerator[tuple[Executor, UsageSink]]:
-    """``pml_execute``'s service on the sandbox engine, and the usage recorder it writes with
-    (imported lazily; on exit the engine stops and everything recorded is written)."""
-    from pml.execution.recorder import UsageRecorder
-    from pml.execution.service import ExecuteService
-    from pml.sandbox.monty import MontyEngine
-
-    engine = MontyEngine()
-    try:
-        async with UsageRecorder(db) as recorder:
-            service = ExecuteService(
-                registry=registry,
-                pool=pool,
-                engine=engine,
-                db=db,
-                recorder=recorder,
-                limits=settings.sandbox,
-                discovery=discovery,
-            )
-            yield service, recorder
-    finally:
-        with anyio.CancelScope(shield=True):
-            await engine.aclose()
-
-
-def default_pool(settings: Settings, db: Database) -> UpstreamPool:
-    """The configured upstream pool, its catalog stored in ``db`` (imported lazily)."""
-    from pml.storage.catalog_repo import CatalogStore
-    from pml.upstream.pool import ClientPool
-
-    return ClientPool(settings.servers, settings=settings.upstream, catalog=CatalogStore(db))
 
 
 async def serve_stdio(

@@ -16,8 +16,6 @@ PML's run details under ``_meta["pml/capability"]``.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import logging
 import time
@@ -28,6 +26,7 @@ import mcp_types
 
 from pml.errors import InternalError, InvalidInput, NotAvailable, NotFound, PmlError
 from pml.gateway.capability_tools import CapabilityToolCatalog
+from pml.gateway.paging import cursor_for, cursor_offset
 from pml.gateway.schemas import STATIC_TOOLS, CurateParams, DiscoverParams, ExecuteParams
 from pml.registry.fqdn import message_value
 from pml.registry.names import CAPABILITY_TOOL_PREFIX
@@ -162,9 +161,9 @@ class GatewayTools:
         return self._page(items, cursor)
 
     def _page(self, items: list[T], cursor: str | None) -> tuple[list[T], str | None]:
-        start = _cursor_offset(cursor) if cursor is not None else 0
+        start = cursor_offset(cursor) if cursor is not None else 0
         end = start + self._page_size
-        return items[start:end], (_cursor_for(end) if end < len(items) else None)
+        return items[start:end], (cursor_for(end) if end < len(items) else None)
 
     def input_schema(self, name: str) -> Mapping[str, Any] | None:
         """A listed tool's input schema by name, from what is known now (no I/O)."""
@@ -356,24 +355,6 @@ def _wire(tool: mcp_types.Tool) -> str:
 
 
 STATIC_WIRE: Final = tuple(_wire(tool) for tool in STATIC_TOOLS.values())
-_CURSOR_PREFIX: Final = "pml-tools:"
-
-
-def _cursor_for(offset: int) -> str:
-    return base64.urlsafe_b64encode(f"{_CURSOR_PREFIX}{offset}".encode()).decode()
-
-
-def _cursor_offset(cursor: str) -> int:
-    try:
-        text = base64.urlsafe_b64decode(cursor.encode("ascii")).decode("ascii")
-    except (UnicodeError, ValueError, binascii.Error):
-        text = ""
-    number = text.removeprefix(_CURSOR_PREFIX)
-    if not text.startswith(_CURSOR_PREFIX) or not number.isdigit() or len(number) > 9:
-        raise InvalidInput(
-            "Invalid cursor: use the nextCursor of the previous page", field="cursor"
-        )
-    return int(number)
 
 
 def _canonical(name: str) -> str:

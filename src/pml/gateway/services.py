@@ -1,0 +1,111 @@
+"""The services a gateway runs, built from settings (imported lazily: ``pml cap`` and the
+other short commands do not pay for the sandbox, the model or the MCP SDK).
+
+    pool = default_pool(settings, db)
+    discovery = open_discovery(settings, db, pool)
+    async with open_executor(settings, db, registry, pool, discovery) as (executor, usage):
+        ...
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+import anyio
+
+from pml.config import Settings
+from pml.discovery.base import Discoverer
+from pml.errors import PmlError
+from pml.gateway.tools import Executor, UsageSink
+from pml.llm import JsonCompleter
+from pml.registry.routing import server_routing
+from pml.registry.scope import Scope
+from pml.registry.service import CapabilityRegistry
+from pml.storage.database import Database
+from pml.upstream.base import UpstreamPool
+from pml.wiring import routing_rules
+
+if TYPE_CHECKING:
+    from pml.curation.service import CurationService
+    from pml.discovery.service import DiscoveryService
+
+logger = logging.getLogger(__name__)
+
+
+async def register_servers(registry: CapabilityRegistry, settings: Settings, scope: Scope) -> None:
+    """Record every enabled upstream server as ``mcp:<name>`` in the deployment's scope (§6.8).
+
+    A changed command becomes a new version of the record; a server the registry refuses
+    (e.g. its name is taken by a capability) is logged and served all the same.
+    """
+    rules = routing_rules(settings)
+    for name, server in sorted(settings.servers.items()):
+        if server.disabled:
+            continue
+        code_url = server.url or shlex.join([server.command or "", *server.args])
+        routing = server_routing(name, rules.cloud, rules.local)
+        try:
+            await registry.register_mcp_server(scope, name, code_url=code_url, routing=routing)
+        except PmlError as error:
+            logger.warning("server %r is not recorded in the registry: %s", name, error.message)
+
+
+def open_curation(
+    registry: CapabilityRegistry, db: Database, settings: Settings, llm: JsonCompleter | None
+) -> CurationService:
+    from pml.curation.service import CurationService
+
+    return CurationService(registry, db, settings=settings.curation, llm=llm)
+
+
+def open_discovery(settings: Settings, db: Database, pool: UpstreamPool) -> DiscoveryService:
+    """``pml_discover``'s service with the configured embedder (imported lazily)."""
+    from pml.discovery.embedder import load_embedder
+    from pml.discovery.service import DiscoveryService
+
+    embedder = load_embedder(settings.discovery.embedder)
+    return DiscoveryService(db, pool, embedder, routing=routing_rules(settings))
+
+
+@asynccontextmanager
+async def open_executor(
+    settings: Settings,
+    db: Database,
+    registry: CapabilityRegistry,
+    pool: UpstreamPool,
+    discovery: Discoverer,
+) -> AsyncGenerator[tuple[Executor, UsageSink]]:
+    """``pml_execute``'s service on the sandbox engine, and the usage recorder it writes with
+    (imported lazily; on exit the engine stops and everything recorded is written)."""
+    from pml.execution.recorder import UsageRecorder
+    from pml.execution.service import ExecuteService
+    from pml.sandbox.monty import MontyEngine
+
+    engine = MontyEngine()
+    try:
+        async with UsageRecorder(db) as recorder:
+            service = ExecuteService(
+                registry=registry,
+                pool=pool,
+                engine=engine,
+                db=db,
+                recorder=recorder,
+                limits=settings.sandbox,
+                discovery=discovery,
+            )
+            yield service, recorder
+    finally:
+        with anyio.CancelScope(shield=True):
+            await engine.aclose()
+
+
+def default_pool(settings: Settings, db: Database) -> UpstreamPool:
+    """The configured upstream pool, its catalog stored in ``db`` (imported lazily)."""
+    from pml.storage.catalog_repo import CatalogStore
+    from pml.upstream.pool import ClientPool
+
+    return ClientPool(settings.servers, settings=settings.upstream, catalog=CatalogStore(db))
