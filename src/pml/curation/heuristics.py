@@ -38,13 +38,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from pml.registry.fqdn import Fqdn, is_fqdn
 from pml.registry.names import (
     DEFAULT_NAMESPACE,
     SHORT_NAMESPACES,
-    capability_tool_parts,
     namespace_for_server,
     server_of,
+    tool_ref_parts,
 )
 
 MAX_NAMESPACE: Final = 20
@@ -276,12 +275,10 @@ def _snake_words(name: str) -> list[str]:
 
 def _tool_part(tool: str) -> str:
     """The tool (or capability action) a tool reference names."""
-    if is_fqdn(tool):
-        return Fqdn.parse(tool).action
-    parts = capability_tool_parts(tool)
+    parts = tool_ref_parts(tool)
     if parts is not None:
         return parts[1]
-    for separator in (":", "__", "."):
+    for separator in (":", "__", "."):  # half a reference ("server:", ":tool"): its rest
         _, sep, rest = tool.partition(separator)
         if sep:
             return rest

@@ -149,14 +149,33 @@ def capability_tool_parts(tool_name: str) -> tuple[str, str] | None:
     return namespace, action
 
 
-def server_of(tool_ref: str) -> str | None:
-    """The server (or capability namespace) a tool reference names; ``None`` if none.
+def tool_ref_parts(tool_ref: str) -> tuple[str, str] | None:
+    """``(server, tool)`` of a tool reference — ``(namespace, action)`` for a capability;
+    ``None`` if it names neither.
 
-    Accepts an FQDN (→ its namespace), ``mcp__ns__action`` (→ ``ns``), and ``server:tool``,
-    ``server__tool``, ``server.tool``, tried in that order at the first separator found.
+    Accepts an FQDN, ``mcp__ns__action``, and ``server:tool``, ``server__tool``,
+    ``server.tool``, tried in that order at the first separator found.
     """
     if not isinstance(tool_ref, str):  # pyright: ignore[reportUnnecessaryIsInstance]
         return None
+    if is_fqdn(tool_ref):
+        fqdn = Fqdn.parse(tool_ref)
+        return fqdn.namespace, fqdn.action
+    parts = capability_tool_parts(tool_ref)
+    if parts is not None:
+        return parts
+    for separator in (":", "__", "."):
+        server, sep, tool = tool_ref.partition(separator)
+        if sep:
+            return (server, tool) if server and tool else None
+    return None
+
+
+def server_of(tool_ref: str) -> str | None:
+    """The server (or capability namespace) a tool reference names; ``None`` if none
+    (the forms of ``tool_ref_parts``)."""
+    parts = tool_ref_parts(tool_ref)
+    return parts[0] if parts is not None else None
     if is_fqdn(tool_ref):
         return Fqdn.parse(tool_ref).namespace
     parts = capability_tool_parts(tool_ref)
