@@ -42,9 +42,12 @@ from pydantic_settings import (
 )
 
 from pml.errors import ConfigError
+from pml.sections import AuditSettings as AuditSettings
 from pml.sections import CurationSettings as CurationSettings
 from pml.sections import DiscoverySettings as DiscoverySettings
+from pml.sections import IntentPolicySettings as IntentPolicySettings
 from pml.sections import LlmSettings as LlmSettings
+from pml.sections import PermissionCapabilityName as PermissionCapabilityName
 from pml.sections import PermissionsSettings as PermissionsSettings
 from pml.sections import PolicySettings as PolicySettings
 from pml.sections import RoutingSettings as RoutingSettings
@@ -62,6 +65,19 @@ _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 def default_database_url() -> str:
     """The embedded default: an SQLite file ``pml.db`` in the user data directory."""
     return f"sqlite:///{Path(user_data_dir('pml')) / 'pml.db'}"
+
+
+def audit_file_path(settings: Settings) -> Path | None:
+    """The audit JSON-lines file: ``[audit] file``, else ``audit.jsonl`` beside an SQLite
+    database; none for PostgreSQL unless configured (the table is the shared log)."""
+    configured = settings.audit.file
+    if configured is not None:
+        return Path(configured).expanduser() if configured else None
+    prefix = "sqlite:///"
+    url = settings.database_url
+    if url.startswith(prefix) and ":memory:" not in url:
+        return Path(url[len(prefix) :].split("?", 1)[0]).expanduser().parent / "audit.jsonl"
+    return None
 
 
 def _check_server_name(name: str) -> str:
@@ -152,6 +168,7 @@ class Settings(BaseSettings):
     llm: LlmSettings | None = None
     policy: PolicySettings = Field(default_factory=PolicySettings)
     permissions: PermissionsSettings = Field(default_factory=PermissionsSettings)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
     discovery: DiscoverySettings = Field(default_factory=DiscoverySettings)
     curation: CurationSettings = Field(default_factory=CurationSettings)

@@ -43,22 +43,91 @@ class LlmSettings(BaseModel):
     timeout_s: float = Field(default=20.0, gt=0, le=600)
 
 
+PermissionCapabilityName = Literal[
+    "file_read",
+    "file_write",
+    "system_execute",
+    "network",
+    "web_search",
+    "browser",
+    "memory_read",
+    "memory_write",
+    "screen_read",
+    "time",
+    "compute",
+    "meta",
+    "unknown",
+]
+
+
+class IntentPolicySettings(BaseModel):
+    """One row of the policy table: what an intent may and may not use (SPEC §10.3).
+
+    ``allowed`` / ``forbidden`` are permission capabilities (``"*"`` in ``forbidden``: all);
+    ``exceptions`` are ``server:tool`` patterns permitted whatever their capability.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    allowed: list[PermissionCapabilityName] = Field(default_factory=list[PermissionCapabilityName])
+    forbidden: list[PermissionCapabilityName | Literal["*"]] = Field(
+        default_factory=list[PermissionCapabilityName | Literal["*"]]
+    )
+    exceptions: list[str] = Field(default_factory=list[str])
+
+
 class PolicySettings(BaseModel):
-    """The policy gate (SPEC §10)."""
+    """The intent router and the policy gate (SPEC §10).
+
+    ``mode = "audit"`` logs what the gate would refuse and lets it run; permission rules
+    and grants are enforced in both modes.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     mode: Literal["enforce", "audit"] = "enforce"
+    # An LLM classification is used only at or above this confidence (else heuristics).
+    llm_min_confidence: float = Field(default=0.65, ge=0, le=1)
+    # ``server:tool`` glob -> permission capability, checked before the built-in defaults.
+    capabilities: dict[str, PermissionCapabilityName] = Field(
+        default_factory=dict[str, PermissionCapabilityName]
+    )
+    # intent -> its row of the policy table, replacing the built-in row.
+    intents: dict[str, IntentPolicySettings] = Field(
+        default_factory=dict[str, IntentPolicySettings]
+    )
+    # Print each request's router output, policy decision and permission checks to stderr.
+    debug_routing: bool = False
 
 
 class PermissionsSettings(BaseModel):
-    """``server:tool`` patterns per decision; deny beats ask beats allow (SPEC §10)."""
+    """``server:tool`` patterns per decision; deny beats ask beats allow (SPEC §10.4).
+
+    A tool no pattern names gets the default of its capability: ask for ``file_write``,
+    ``system_execute``, ``memory_write`` and ``unknown``, allow otherwise.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     allow: list[str] = Field(default_factory=list[str])
     ask: list[str] = Field(default_factory=list[str])
     deny: list[str] = Field(default_factory=list[str])
+    # How long a run waiting for approval can be resumed.
+    approval_ttl_s: float = Field(default=900.0, gt=0)
+    # Lifetimes of grants issued by an approval: "once" (until used) and "session".
+    once_grant_ttl_s: float = Field(default=900.0, gt=0)
+    session_grant_ttl_s: float = Field(default=28_800.0, gt=0)
+
+
+class AuditSettings(BaseModel):
+    """Where audit events go (SPEC §10.6): a JSON-lines file and the database."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Default: ``audit.jsonl`` in the user data directory; "" writes no file.
+    file: str | None = None
+    # Identical denials within this window are written once, with a repeat count.
+    coalesce_window_s: float = Field(default=60.0, ge=0)
 
 
 class UpstreamSettings(BaseModel):
