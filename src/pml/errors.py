@@ -19,6 +19,7 @@ result; the CLI prints one line and exits 1.
     ├── UnknownTool           UNKNOWN_TOOL
     ├── PolicyDenied          POLICY_DENIED
     ├── PermissionDenied      PERMISSION_DENIED
+    ├── ApprovalRequired      APPROVAL_REQUIRED (a call waits for a person: the run pauses)
     ├── ExecutionTimeout      TIMEOUT
     ├── LimitExceeded         LIMIT_EXCEEDED
     ├── ExecutionFailed       EXECUTION_FAILED
@@ -110,6 +111,16 @@ class PolicyDenied(PmlError):
 
 class PermissionDenied(PmlError):
     code = "PERMISSION_DENIED"
+
+
+class ApprovalRequired(PmlError):
+    """A tool call needs a person's approval: the run stops here and can be resumed.
+
+    Not a failure the caller sees as such: ``pml_execute`` answers
+    ``{"status": "approval_required", ...}`` with the data of this error.
+    """
+
+    code = "APPROVAL_REQUIRED"
 
 
 class ExecutionTimeout(PmlError):

@@ -202,8 +202,10 @@ def write_config(
     org: str = "local",
     project: str = "default",
     upstream: Mapping[str, float] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> Path:
-    """A ``pml.toml`` naming ``servers``, on its own database (``upstream``: pool timeouts)."""
+    """A ``pml.toml`` naming ``servers``, on its own database (``upstream``: pool timeouts;
+    ``extra``: more top-level tables, e.g. ``permissions``)."""
     data: dict[str, Any] = {
         "database_url": database_url,
         "expose_upstream": expose_upstream,
@@ -212,6 +214,7 @@ def write_config(
     }
     if upstream:
         data["upstream"] = dict(upstream)
+    data.update(extra or {})
     path.write_text(tomli_w.dumps(data))
     return path
 

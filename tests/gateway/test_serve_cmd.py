@@ -196,6 +196,8 @@ async def test_pml_serve_stdio_runs_the_configured_servers_for_a_real_client(
     config.write_text(
         f'database_url = "sqlite:///{tmp_path / "pml.db"}"\n'
         "expose_upstream = true\n"
+        "[permissions]\n"
+        'allow = ["mortal:*"]\n'
         "[servers.mortal]\n"
         f"command = {json.dumps(sys.executable)}\n"
         f"args = [{json.dumps(str(script))}]\n",

@@ -19,7 +19,7 @@ from mcp.client.session import IncomingMessage
 from mcp.server import Server, ServerRequestContext
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 
-from pml.config import ScopeSettings, ServerSettings, Settings
+from pml.config import PermissionsSettings, ScopeSettings, ServerSettings, Settings
 
 Ctx = ServerRequestContext[Any, Any]
 
@@ -58,11 +58,17 @@ def mortal_server() -> ServerSettings:
 
 
 def gateway_settings(database_url: str, *, expose_upstream: bool) -> Settings:
-    """Settings for a test gateway acting, without an API key, as acme/webapp/erwan."""
+    """Settings for a test gateway acting, without an API key, as acme/webapp/erwan.
+
+    The in-process servers' tools map to the ``unknown`` permission capability, which asks
+    for approval by default (SPEC §10.4); these settings allow every tool, as an operator's
+    ``[permissions] allow = ["*:*"]`` would. The policy gate still applies (the policy
+    tests configure their own rules)."""
     return Settings(
         database_url=database_url,
         expose_upstream=expose_upstream,
         scope=ScopeSettings(org="acme", project="webapp", user="erwan"),
+        permissions=PermissionsSettings(allow=["*:*"]),
     )
 
 

@@ -32,7 +32,7 @@ def _differences(conn: sa.Connection) -> list[object]:
 async def test_a_blank_database_is_migrated_to_head_on_open(blank_url: str) -> None:
     db = await Database.open(blank_url)
     try:
-        assert await db.current_revision() == head_revision() == "0006"
+        assert await db.current_revision() == head_revision() == "0007"
         async with db.read() as conn:
             differences = await conn.run_sync(_differences)
         assert differences == []
@@ -53,7 +53,7 @@ async def test_upgrading_twice_changes_nothing(blank_url: str) -> None:
         await db.close()
 
 
-@pytest.mark.parametrize("previous", ["0002", "0003", "0004", "0005"])
+@pytest.mark.parametrize("previous", ["0002", "0003", "0004", "0005", "0006"])
 async def test_upgrade_from_an_earlier_revision_keeps_existing_data(
     blank_url: str, previous: str
 ) -> None:
@@ -159,5 +159,46 @@ async def test_upgrading_to_0005_shortens_tool_names_that_are_not_valid_mcp_name
         assert found.tool_name == expected
         assert len(expected) == 64
         assert found.display_name == "fs:read_it"
+    finally:
+        await db.close()
+
+
+async def test_upgrading_to_0007_keeps_audit_events_and_widens_decided_by(
+    blank_url: str,
+) -> None:
+    from pml.storage.tables import audit_events
+
+    db = await Database.open(blank_url, migrate=False)
+    try:
+        await db.upgrade("0006")
+        now = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+        row = {
+            "ts": now,
+            "event": "POLICY_DENIED",
+            "actor": "erwan",
+            "org": "acme",
+            "project": "webapp",
+            "request_id": "r1",
+            "details": {"tool": "fs:write", "ü": "ünïcode"},
+            "decided_by": "policy:file_task",
+        }
+        async with db.transaction() as conn:
+            await conn.execute(audit_events.insert().values(row))
+        await db.upgrade()
+        long_rule = "config:permissions.deny[3]:" + "x" * 173
+        async with db.transaction() as conn:
+            await conn.execute(audit_events.insert().values({**row, "decided_by": long_rule}))
+        async with db.read() as conn:
+            found = (
+                await conn.execute(
+                    sa.select(audit_events.c.details, audit_events.c.decided_by).order_by(
+                        audit_events.c.id
+                    )
+                )
+            ).all()
+        assert [tuple(item) for item in found] == [
+            ({"tool": "fs:write", "ü": "ünïcode"}, "policy:file_task"),
+            ({"tool": "fs:write", "ü": "ünïcode"}, long_rule),
+        ]
     finally:
         await db.close()

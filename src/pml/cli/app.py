@@ -9,12 +9,14 @@ from typing import Annotated
 import typer
 
 from pml.cli import (
+    audit_cmd,
     cap_cmd,
     db_cmd,
     discover_cmd,
     execute_cmd,
     init_cmd,
     keys_cmd,
+    perms_cmd,
     serve_cmd,
     status_cmd,
 )
@@ -55,6 +57,8 @@ db_cmd.register(app)
 cap_cmd.register(app)
 status_cmd.register(app)
 keys_cmd.register(app)
+perms_cmd.register(app)
+audit_cmd.register(app)
 serve_cmd.register(app)
 execute_cmd.register(app)
 discover_cmd.register(app)

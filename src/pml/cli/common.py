@@ -98,6 +98,23 @@ async def call_gateway_tool(
     return answer
 
 
+DebugRoutingOption = Annotated[
+    bool,
+    typer.Option(
+        "--debug-routing",
+        help="Print each request's router output, policy decision and permission checks to stderr.",
+    ),
+]
+
+
+def with_debug_routing(settings: Settings, debug_routing: bool) -> Settings:
+    """``settings`` with ``[policy] debug_routing`` switched on when asked."""
+    if not debug_routing:
+        return settings
+    policy = settings.policy.model_copy(update={"debug_routing": True})
+    return settings.model_copy(update={"policy": policy})
+
+
 def llm_key(settings: Settings) -> str | None:
     """The ``[llm]`` endpoint's API key, from the variable ``llm.api_key_env`` names."""
     from pml.llm import llm_api_key

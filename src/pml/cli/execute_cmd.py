@@ -3,6 +3,7 @@
     pml execute "list the demo files" --code snippet.py --arg root=examples/demo
     echo 'return 1 + 1' | pml execute "add" --code - --json
     pml execute "read it again" --capability fs:read_json --arg path=b.json
+    pml execute "save notes" --continue-workflow wf_... --approve --grant session
 
 It opens the configured gateway (database, upstream servers, sandbox) and calls the same
 tool an agent calls, so the answer, the capture and the errors are those of SPEC §5.
@@ -20,11 +21,13 @@ import typer
 
 from pml.cli.common import (
     ConfigOption,
+    DebugRoutingOption,
     JsonOption,
     call_gateway_tool,
     load_cli_settings,
     print_json,
     run_command,
+    with_debug_routing,
 )
 from pml.errors import InvalidInput
 
@@ -91,6 +94,13 @@ def execute_arguments(
 
 
 def _summary(answer: dict[str, Any]) -> None:
+    if answer.get("status") == "approval_required":
+        for item in answer.get("approvals", []):
+            typer.echo(f"approval required: {item.get('tool')} ({item.get('capability')})")
+            typer.echo(f"  arguments: {item.get('args_summary')}")
+        workflow = answer.get("workflowId")
+        typer.echo(f"resume: pml execute ... --continue-workflow {workflow} --approve | --deny")
+        return
     if answer.get("status") == "suggestions":
         for item in answer.get("suggestions", []):
             typer.echo(f"{item['score']:.2f}  {item['callName']}  {item.get('description', '')}")
@@ -128,8 +138,24 @@ def register(app: typer.Typer) -> None:
         timeout_ms: Annotated[
             int | None, typer.Option("--timeout-ms", help="Wall-time limit of this run.")
         ] = None,
+        continue_workflow: Annotated[
+            str | None,
+            typer.Option(
+                "--continue-workflow",
+                metavar="WORKFLOW_ID",
+                help="Resume a run waiting for approval (with --approve or --deny).",
+            ),
+        ] = None,
+        approve: Annotated[
+            bool | None,
+            typer.Option("--approve/--deny", help="Approve or refuse --continue-workflow."),
+        ] = None,
+        grant: Annotated[
+            str, typer.Option("--grant", help="once, session or always (with --approve).")
+        ] = "once",
         config: ConfigOption = None,
         as_json: JsonOption = False,
+        debug_routing: DebugRoutingOption = False,
     ) -> None:
         """Run a snippet (it becomes a capability) or a capability by name."""
 
@@ -137,7 +163,18 @@ def register(app: typer.Typer) -> None:
             arguments = execute_arguments(
                 intent, code, capability, arg or [], name, update, routing, timeout_ms
             )
-            settings = load_cli_settings(ctx, config)
+            if continue_workflow is not None or approve is not None:
+                if continue_workflow is None or approve is None:
+                    raise InvalidInput(
+                        "--continue-workflow needs --approve or --deny (and the other way round)",
+                        field="continue_workflow",
+                    )
+                arguments["continue_workflow"] = {
+                    "workflow_id": continue_workflow,
+                    "approved": approve,
+                    "grant": grant,
+                }
+            settings = with_debug_routing(load_cli_settings(ctx, config), debug_routing)
             return await call_gateway_tool(settings, "pml_execute", arguments)
 
         answer = run_command(body, as_json=as_json)

@@ -13,7 +13,14 @@ from typing import Annotated
 
 import typer
 
-from pml.cli.common import ConfigOption, llm_key, load_cli_settings, run_command
+from pml.cli.common import (
+    ConfigOption,
+    DebugRoutingOption,
+    llm_key,
+    load_cli_settings,
+    run_command,
+    with_debug_routing,
+)
 from pml.errors import ConfigError, InvalidInput
 
 _HOST_PORT = re.compile(
@@ -55,6 +62,7 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         config: ConfigOption = None,
+        debug_routing: DebugRoutingOption = False,
     ) -> None:
         """Run the gateway: stdio for one agent, or HTTP for a shared deployment."""
 
@@ -62,7 +70,7 @@ def register(app: typer.Typer) -> None:
             if stdio and http is not None:
                 raise InvalidInput("give either --stdio or --http HOST:PORT, not both")
             address = parse_host_port(http) if http is not None else None
-            settings = load_cli_settings(ctx, config)
+            settings = with_debug_routing(load_cli_settings(ctx, config), debug_routing)
             if address is None:
                 from pml.gateway.server import serve_stdio
 

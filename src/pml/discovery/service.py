@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 import anyio
 import anyio.to_thread
@@ -37,6 +37,7 @@ from pml.discovery.items import Item, capability_item, capability_key, render, t
 from pml.discovery.text import terms
 from pml.errors import PmlError
 from pml.registry.changes import CapabilityChange
+from pml.registry.fqdn import is_fqdn
 from pml.registry.models import RoutingRules
 from pml.registry.routing import server_routing
 from pml.registry.scope import Scope
@@ -45,6 +46,10 @@ from pml.storage.discovery_repo import SqlDiscoveryRepository
 from pml.storage.types import utc_now
 from pml.upstream.base import UpstreamTool
 
+if TYPE_CHECKING:
+    from pml.policy.enforcer import PolicyEnforcer, RequestPolicy
+    from pml.storage.discovery_repo import CapabilityRow
+
 logger = logging.getLogger(__name__)
 
 REFRESH_INTERVAL_S: Final = 0.5
@@ -52,6 +57,9 @@ STATS_INTERVAL_S: Final = 30.0
 RECONCILE_INTERVAL_S: Final = 300.0
 EMBED_BATCH: Final = 64
 QUERY_CACHE_SIZE: Final = 512
+# With a policy, this many times the limit are ranked, so hiding some still fills the page.
+POLICY_OVERFETCH: Final = 4
+MAX_POLICY_FETCH: Final = 200
 
 
 class ToolSource(Protocol):
@@ -91,6 +99,8 @@ class DiscoveryService:
         self._queries: OrderedDict[str, Vector] = OrderedDict()
         self._changed: set[str] = set()  # FQDNs announced as changed, read at the next sync
         self._indexed: dict[str, str] = {}  # key -> the text its terms were taken from
+        # The enforcement point: results the request's policy forbids are hidden (SPEC §7).
+        self.policy: PolicyEnforcer | None = None
 
     @property
     def model_id(self) -> str:
@@ -127,12 +137,18 @@ class DiscoveryService:
         limit: int = 5,
         min_score: float = 0.0,
     ) -> list[Hit]:
-        """The ranked index rows for ``intent`` that ``scope`` may see."""
+        """The ranked index rows for ``intent`` that ``scope`` may see and may call."""
         await self.refresh()
         vector = await self._query_vector(intent)
-        return self._index.search(
-            vector, terms(intent), scope, kind=kind, limit=limit, min_score=min_score
+        policy = self.policy
+        wanted = limit if policy is None else min(limit * POLICY_OVERFETCH, MAX_POLICY_FETCH)
+        hits = self._index.search(
+            vector, terms(intent), scope, kind=kind, limit=wanted, min_score=min_score
         )
+        if policy is None:
+            return hits
+        request = await policy.begin(scope, intent, source="pml_discover")
+        return [hit for hit in hits if not _hidden(policy, request, hit)][:limit]
 
     async def refresh(self, *, force: bool = False) -> None:
         """Bring the index up to date if it may be stale (see module)."""
@@ -290,3 +306,16 @@ class DiscoveryService:
             return ""
         server = hit.entry.key.split(":", 2)[1]
         return server_routing(server, self._routing.cloud, self._routing.local)
+
+
+def _hidden(policy: PolicyEnforcer, request: RequestPolicy, hit: Hit) -> bool:
+    """A tool the policy forbids, or a capability that uses one."""
+    payload = hit.entry.payload
+    if isinstance(payload, UpstreamTool):
+        return policy.hides(request, payload.server, payload.name)
+    used = cast("CapabilityRow", payload).tools_used
+    for address in used:
+        server, _, tool = address.partition(":")
+        if tool and not is_fqdn(address) and policy.hides(request, server, tool):
+            return True
+    return False

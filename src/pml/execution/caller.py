@@ -1,14 +1,19 @@
 """The host side of a run's ``mcp`` bridge: the one ``ToolCaller`` every tool call passes.
 
-    budget = Budget.start(limits)
-    caller = RunCaller(plan, budget, pool=pool, nested=service.run_nested)
+    budget = Budget.start(limits, request=request_policy)
+    caller = RunCaller(plan, budget, pool=pool, nested=service.run_nested, policy=enforcer)
     outcome = await engine.run(code, args=args, caller=caller, limits=budget.limits())
-    budget.tools_used, budget.trace
+    budget.tools_used, budget.trace, budget.call_log
 
 A call is allowed only to what the snippet names in its code (the ``Plan``): a call the
-analysis did not see (``m = mcp; m.other.tool()``, ``getattr``) is refused. Every call
-counts against one ``Budget`` shared by nested capability runs (tool calls and wall time),
-and is traced (tool, digest of its arguments, duration, success) — never its values.
+analysis did not see (``m = mcp; m.other.tool()``, ``getattr``) is refused. Every upstream
+call then passes the policy enforcer (gate, permission rules, grants; SPEC §10) before it
+is sent — in nested capability runs too, which share the request's policy. A call the
+run's journal already holds (a run resumed after approval) is answered from the journal,
+not sent again. Every call counts against one ``Budget`` shared by nested capability runs
+(tool calls and wall time), and is traced (tool, digest of its arguments, duration,
+success) — never its values. Usage rows are written afterwards, by a post-hook, from
+``call_log``.
 """
 
 from __future__ import annotations
@@ -19,9 +24,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pml.config import SandboxSettings
-from pml.errors import ExecutionTimeout, LimitExceeded, PermissionDenied, PmlError
+from pml.errors import (
+    ApprovalRequired,
+    ExecutionTimeout,
+    LimitExceeded,
+    PermissionDenied,
+    PmlError,
+)
+from pml.execution.journal import Journal
 from pml.execution.references import Plan, Target
 from pml.execution.values import args_digest, raise_for_error, snippet_value
+from pml.policy.enforcer import PolicyEnforcer, RequestPolicy
 from pml.sandbox.base import ToolRef
 from pml.upstream.base import UpstreamPool
 
@@ -29,23 +42,47 @@ from pml.upstream.base import UpstreamPool
 MAX_NESTING = 8
 
 NestedRun = Callable[[str, dict[str, Any], "Budget", tuple[str, ...]], Awaitable[Any]]
-# (server, tool, latency_ms, success) of every upstream call: the ``tool_usage`` rows.
-ToolCallCounter = Callable[[str, str, float, bool], None]
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One call of a run, for the usage post-hook: an upstream tool or a capability."""
+
+    kind: str  # "tool" | "capability"
+    server: str  # the upstream server, or "" for a capability
+    name: str  # the tool, or the capability's FQDN
+    latency_ms: float
+    success: bool
+    replayed: bool = False
 
 
 @dataclass(slots=True)
 class Budget:
-    """The limits one ``pml_execute`` shares with the capabilities it runs."""
+    """The limits, policy and journal one ``pml_execute`` shares with the capabilities it runs."""
 
     settings: SandboxSettings
     deadline: float
+    request: RequestPolicy | None = None
+    journal: Journal = field(default_factory=Journal)
     calls: int = 0
     tools_used: list[str] = field(default_factory=list[str])
     trace: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
+    call_log: list[CallRecord] = field(default_factory=list[CallRecord])
 
     @classmethod
-    def start(cls, settings: SandboxSettings) -> Budget:
-        return cls(settings, time.monotonic() + settings.wall_time_s)
+    def start(
+        cls,
+        settings: SandboxSettings,
+        *,
+        request: RequestPolicy | None = None,
+        journal: Journal | None = None,
+    ) -> Budget:
+        return cls(
+            settings,
+            time.monotonic() + settings.wall_time_s,
+            request=request,
+            journal=journal if journal is not None else Journal(),
+        )
 
     def remaining_s(self) -> float:
         return self.deadline - time.monotonic()
@@ -73,15 +110,18 @@ class Budget:
         if address not in self.tools_used:
             self.tools_used.append(address)
 
-    def record(self, address: str, arguments: dict[str, Any], started: float, ok: bool) -> None:
+    def record(self, address: str, digest: str, started: float, ok: bool) -> float:
+        """Trace one finished call; returns its duration in milliseconds."""
+        duration_ms = (time.perf_counter() - started) * 1000
         self.trace.append(
             {
                 "tool": address,
-                "argsDigest": args_digest(arguments),
-                "durationMs": round((time.perf_counter() - started) * 1000, 3),
+                "argsDigest": digest,
+                "durationMs": round(duration_ms, 3),
                 "success": ok,
             }
         )
+        return duration_ms
 
 
 def _timeout(settings: SandboxSettings) -> ExecutionTimeout:
@@ -102,50 +142,79 @@ class RunCaller:
         pool: UpstreamPool,
         nested: NestedRun,
         chain: tuple[str, ...] = (),
-        on_tool_call: ToolCallCounter | None = None,
+        policy: PolicyEnforcer | None = None,
     ) -> None:
         self._plan = plan
         self._budget = budget
         self._pool = pool
         self._nested = nested
         self._chain = chain
-        self._on_tool_call = on_tool_call
+        self._policy = policy
+        if policy is not None and budget.request is None:
+            raise ValueError("a run under a policy needs the request's policy decision")
 
     async def call_tool(self, ref: ToolRef, arguments: dict[str, Any]) -> Any:
         target = self._plan.targets.get((ref.namespace, ref.name))
         if target is None:
-            raise PermissionDenied(
-                f"The snippet called {ref}, which its code does not name: write tool calls "
-                'as mcp.<server>.<tool>(...) or mcp["<fqdn>"](...)',
-                tool=str(ref),
-            )
+            self._refused(ref)
+        assert target is not None
         self._budget.count_call()
         if target.kind == "capability":
             return await self._capability(target, arguments)
         return await self._tool(target, arguments)
 
+    def _refused(self, ref: ToolRef) -> None:
+        request = self._budget.request
+        if self._policy is not None and request is not None:
+            details = {"tool": str(ref), "rule": "not-named-in-code"}
+            self._policy.emit(request, "PERMISSION_DENIED", details, "not-named-in-code")
+        raise PermissionDenied(
+            f"The snippet called {ref}, which its code does not name: write tool calls "
+            'as mcp.<server>.<tool>(...) or mcp["<fqdn>"](...)',
+            tool=str(ref),
+        )
+
     async def _tool(self, target: Target, arguments: dict[str, Any]) -> Any:
         budget = self._budget
+        address = target.address
+        digest = args_digest(arguments)
         started = time.perf_counter()
-        budget.used(target.address)
+        recorded = budget.journal.replay(address, digest)
+        if recorded is not None:  # completed before the run paused: never sent twice
+            budget.used(address)
+            self._finished(target, digest, started, recorded.get("isError") is not True, True)
+            raise_for_error(address, recorded)
+            return snippet_value(recorded)
+        policy, request = self._policy, budget.request
+        if policy is not None and request is not None:
+            await policy.authorize(request, target.server, target.tool, arguments)
+            policy.tool_call_started(request, address)
+        started = time.perf_counter()
+        budget.used(address)
         try:
             result = await self._pool.call_tool_raw(
                 target.server, target.tool, arguments, timeout_s=max(budget.remaining_s(), 0.001)
             )
         except PmlError:
-            self._finished(target, arguments, started, ok=False)
+            self._finished(target, digest, started, False, False)
             raise
-        self._finished(target, arguments, started, ok=result.get("isError") is not True)
-        raise_for_error(target.address, result)
+        budget.journal.record(address, digest, result)
+        self._finished(target, digest, started, result.get("isError") is not True, False)
+        raise_for_error(address, result)
         return snippet_value(result)
 
     def _finished(
-        self, target: Target, arguments: dict[str, Any], started: float, *, ok: bool
+        self, target: Target, digest: str, started: float, ok: bool, replayed: bool
     ) -> None:
-        self._budget.record(target.address, arguments, started, ok=ok)
-        if self._on_tool_call is not None:
-            latency_ms = (time.perf_counter() - started) * 1000
-            self._on_tool_call(target.server, target.tool, latency_ms, ok)
+        budget = self._budget
+        duration_ms = budget.record(target.address, digest, started, ok=ok)
+        budget.call_log.append(
+            CallRecord("tool", target.server, target.tool, duration_ms, ok, replayed)
+        )
+        if self._policy is not None and budget.request is not None:
+            self._policy.tool_call_ended(
+                budget.request, target.address, ok=ok, duration_ms=duration_ms, replayed=replayed
+            )
 
     async def _capability(self, target: Target, arguments: dict[str, Any]) -> Any:
         if target.fqdn in self._chain:
@@ -158,12 +227,18 @@ class RunCaller:
                 f"Capabilities nested more than {MAX_NESTING} deep", limit="nesting"
             )
         budget = self._budget
+        digest = args_digest(arguments)
         started = time.perf_counter()
         budget.used(target.fqdn)
         try:
             value = await self._nested(target.fqdn, arguments, budget, (*self._chain, target.fqdn))
-        except BaseException:
-            budget.record(target.fqdn, arguments, started, ok=False)
+        except BaseException as error:
+            duration_ms = budget.record(target.fqdn, digest, started, ok=False)
+            if not isinstance(error, ApprovalRequired):  # paused, not failed: not counted
+                budget.call_log.append(
+                    CallRecord("capability", "", target.fqdn, duration_ms, False)
+                )
             raise
-        budget.record(target.fqdn, arguments, started, ok=True)
+        duration_ms = budget.record(target.fqdn, digest, started, ok=True)
+        budget.call_log.append(CallRecord("capability", "", target.fqdn, duration_ms, True))
         return value

@@ -20,6 +20,7 @@ from typing import Literal
 
 from pml.analysis.snippet import CallSite
 from pml.errors import NotFound, UnknownTool
+from pml.registry.fqdn import is_fqdn
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityRegistry
 from pml.upstream.base import UpstreamPool
@@ -145,3 +146,25 @@ def _close(word: str, candidates: Sequence[str]) -> list[str]:
 def _shown(site: CallSite) -> str:
     written = f"mcp.{site.namespace}.{site.name}" if site.namespace else f'mcp["{site.name}"]'
     return f"{written} at line {site.line}"
+
+
+async def upstream_tools(
+    scope: Scope, registry: CapabilityRegistry, plan: Plan | None, used: Sequence[str]
+) -> list[tuple[str, str]]:
+    """Every ``(server, tool)`` a run may call: those ``plan`` names, those the capabilities
+    it names used when they were recorded (transitively), and the ``server:tool`` entries
+    of ``used`` (a stored capability's ``tools_used``)."""
+    addresses = list(used)
+    if plan is not None:
+        for target in plan.targets.values():
+            if target.kind == "tool":
+                addresses.append(target.address)
+            else:
+                nested = await registry.resolve(scope, target.fqdn)
+                addresses.extend(nested.version.tools_used)
+    found: list[tuple[str, str]] = []
+    for address in dict.fromkeys(addresses):
+        server, _, tool = address.partition(":")
+        if tool and not is_fqdn(address):
+            found.append((server, tool))
+    return found

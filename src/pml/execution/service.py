@@ -1,34 +1,59 @@
 """``pml_execute``: run a snippet or a capability, and learn from every run that works.
 
     service = ExecuteService(registry=registry, pool=pool, engine=engine, db=db,
-                             recorder=recorder, limits=settings.sandbox, discovery=discovery)
+                             recorder=recorder, limits=settings.sandbox, discovery=discovery,
+                             policy=enforcer, approvals=flow)
     answer = await service.execute(scope, ExecuteParams(intent="read a.json", code=code))
     answer["capabilityFqdn"], answer["created"], answer["result"]
 
-Direct mode: analyse (size, syntax, references) → check the name → run in the sandbox →
-capture (one capture service for every path that learns). Call by name: resolve → merge
-the arguments over the schema defaults → validate → run the stored code → count the use.
-Neither: ranked suggestions. A run that fails raises its ``PmlError`` and stores nothing.
+Every request is first classified and given its policy decision (SPEC §10). Direct mode:
+analyse (size, syntax, references) → check the name → refuse what the policy forbids
+(before anything runs) → run in the sandbox, each tool call passing the enforcer → post-
+hooks (capture, usage, audit, clean-up). Call by name: resolve → policy → merge the
+arguments over the schema defaults → validate → run the stored code → post-hooks. A run
+that reaches a call needing approval pauses (``approval_required``) and resumes with
+``continue_workflow``. Neither: ranked suggestions. A run that fails raises its
+``PmlError`` and stores nothing.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
-from pml.analysis.snippet import SnippetAnalysis, analyze_snippet
+from pml.analysis.snippet import SnippetAnalysis
 from pml.config import SandboxSettings
 from pml.discovery.base import Discoverer
-from pml.errors import ExecutionFailed, InvalidInput, NotFound, PmlError
+from pml.errors import (
+    ApprovalRequired,
+    ExecutionFailed,
+    InvalidInput,
+    NotAvailable,
+    NotFound,
+    PermissionDenied,
+    PmlError,
+)
+from pml.execution.answers import cached_analysis, stored_request, success_answer
+from pml.execution.approvals import ApprovalFlow
 from pml.execution.caller import Budget, RunCaller
 from pml.execution.capture import CaptureService, RunReport
+from pml.execution.hooks import (
+    AuditHook,
+    CaptureHook,
+    FinishedRun,
+    PostHook,
+    PostHooks,
+    UsageHook,
+)
+from pml.execution.journal import Journal
 from pml.execution.recorder import UsageRecorder
-from pml.execution.references import Plan, plan_references
+from pml.execution.references import Plan, plan_references, upstream_tools
 from pml.execution.suggest import suggestions
 from pml.execution.values import check_args, merged_args
 from pml.gateway.schemas import ExecuteParams
+from pml.policy.enforcer import PolicyEnforcer, RequestPolicy
 from pml.registry import naming
 from pml.registry.fqdn import message_value
 from pml.registry.models import Resolved
@@ -36,21 +61,9 @@ from pml.registry.scope import Scope
 from pml.registry.service import CapabilityRegistry
 from pml.sandbox.base import RunOutcome, SandboxEngine, SnippetToolError
 from pml.storage.database import Database
-from pml.storage.usage_repo import CAPABILITY_SERVER_ID
 from pml.upstream.base import UpstreamPool
 
 logger = logging.getLogger(__name__)
-
-ANALYSIS_CACHE_SIZE = 128
-
-
-@functools.lru_cache(maxsize=ANALYSIS_CACHE_SIZE)
-def _analysis(code: str, max_code_bytes: int) -> SnippetAnalysis:
-    """Analyses are immutable: a snippet run again (or a capability called by name) reuses one.
-
-    Only successes are cached (``lru_cache`` does not keep raised errors).
-    """
-    return analyze_snippet(code, max_code_bytes=max_code_bytes)
 
 
 class ExecuteService:
@@ -66,6 +79,9 @@ class ExecuteService:
         recorder: UsageRecorder,
         limits: SandboxSettings,
         discovery: Discoverer,
+        policy: PolicyEnforcer | None = None,
+        approvals: ApprovalFlow | None = None,
+        hooks: Sequence[PostHook] = (),
     ) -> None:
         self._registry = registry
         self._discovery = discovery
@@ -74,7 +90,13 @@ class ExecuteService:
         self._db = db
         self._limits = limits
         self._recorder = recorder
-        self._capture = CaptureService(registry, recorder)
+        self._policy = policy
+        self._approvals = approvals
+        capture = CaptureService(registry, recorder)
+        standard: list[PostHook] = [CaptureHook(capture, policy), UsageHook(recorder)]
+        if policy is not None:
+            standard.append(AuditHook(policy))
+        self._hooks = PostHooks([*standard, *hooks], policy=policy)
 
     async def flush(self) -> None:
         """Write the queued usage counts and traces now."""
@@ -82,62 +104,181 @@ class ExecuteService:
 
     async def execute(self, scope: Scope, params: ExecuteParams) -> dict[str, Any]:
         """The ``pml_execute`` answer (SPEC §5); a failure raises its ``PmlError``."""
+        if params.continue_workflow is not None:
+            return await self._continue(scope, params)
+        if params.code is None and params.capability is None:
+            found = await suggestions(params.intent, scope=scope, discovery=self._discovery)
+            return {"status": "suggestions", "suggestions": found}
+        request = await self._begin(scope, params.intent, "pml_execute")
+        resume = {"mode": "execute", "intent": params.intent, "params": stored_request(params)}
+        return await self._dispatch(scope, params, request, Journal(), resume)
+
+    async def run_capability(self, scope: Scope, ref: str, args: dict[str, Any]) -> dict[str, Any]:
+        """A named capability called as an MCP tool: the by-name path, named ones only.
+
+        Its policy is decided from the capability's stored intent."""
+        resolved = await self._registry.resolve(scope, ref)
+        intent = resolved.record.intent or resolved.record.display_name
+        request = await self._begin(scope, intent, "capability_tool")
+        resume = {"mode": "tool", "intent": intent, "ref": ref, "args": args}
+        return await self._by_name(
+            scope, ref, args, self._limits, request, Journal(), resume, named_only=True
+        )
+
+    async def _begin(self, scope: Scope, intent: str, source: str) -> RequestPolicy | None:
+        if self._policy is None:
+            return None
+        return await self._policy.begin(scope, intent, source=source)
+
+    async def _dispatch(
+        self,
+        scope: Scope,
+        params: ExecuteParams,
+        request: RequestPolicy | None,
+        journal: Journal,
+        resume: dict[str, Any],
+    ) -> dict[str, Any]:
         if params.code is not None:
-            return await self._direct(scope, params, params.code)
-        if params.capability is not None:
-            limits = self._limits_for(params)
-            return await self._by_name(scope, params.capability, params.args or {}, limits)
-        found = await suggestions(params.intent, scope=scope, discovery=self._discovery)
-        return {"status": "suggestions", "suggestions": found}
+            return await self._direct(scope, params, params.code, request, journal, resume)
+        assert params.capability is not None
+        limits = self._limits_for(params)
+        return await self._by_name(
+            scope, params.capability, params.args or {}, limits, request, journal, resume
+        )
+
+    # -- approvals -------------------------------------------------------------------------
+
+    async def _continue(self, scope: Scope, params: ExecuteParams) -> dict[str, Any]:
+        """Resume a run that waited for approval (or end it, refused)."""
+        answer = params.continue_workflow
+        assert answer is not None
+        if self._approvals is None or self._policy is None:
+            raise NotAvailable("continue_workflow is not available in this gateway")
+        request = await self._policy.begin(scope, params.intent, source="continue_workflow")
+        resume, journal = await self._approvals.resume(
+            scope, request, answer.workflow_id, approved=answer.approved, grant=answer.grant
+        )
+        intent = str(resume.get("intent") or params.intent)
+        if resume.get("mode") == "tool":
+            ref, args = str(resume.get("ref")), resume.get("args")
+            rerun = await self._policy.begin(scope, intent, source="capability_tool")
+            return await self._by_name(
+                scope,
+                ref,
+                dict(args) if isinstance(args, dict) else {},  # pyright: ignore[reportUnknownArgumentType]
+                self._limits,
+                rerun,
+                journal,
+                resume,
+                named_only=True,
+            )
+        original = ExecuteParams.model_validate(resume.get("params"))
+        rerun = await self._policy.begin(scope, intent, source="pml_execute")
+        return await self._dispatch(scope, original, rerun, journal, resume)
+
+    async def _pause(
+        self,
+        scope: Scope,
+        request: RequestPolicy | None,
+        waiting: ApprovalRequired,
+        budget: Budget,
+        resume: dict[str, Any],
+    ) -> dict[str, Any]:
+        if self._approvals is None or request is None:
+            raise PermissionDenied(
+                f"{waiting.message}, and this gateway cannot wait for approvals",
+                **{k: v for k, v in waiting.data.items() if k != "args_digest"},
+            )
+        return await self._approvals.pause(scope, request, waiting, budget, resume)
+
+    async def _check_static(
+        self, scope: Scope, request: RequestPolicy | None, plan: Plan | None, used: list[str]
+    ) -> None:
+        """Refuse before running when the code names a tool the policy forbids."""
+        if self._policy is not None and request is not None:
+            tools = await upstream_tools(scope, self._registry, plan, used)
+            self._policy.check_static(request, tools)
 
     # -- direct ----------------------------------------------------------------------------
 
-    async def _direct(self, scope: Scope, params: ExecuteParams, code: str) -> dict[str, Any]:
+    async def _direct(
+        self,
+        scope: Scope,
+        params: ExecuteParams,
+        code: str,
+        request: RequestPolicy | None,
+        journal: Journal,
+        resume: dict[str, Any],
+    ) -> dict[str, Any]:
         started = time.perf_counter()
         limits = self._limits_for(params)
-        analysis = _analysis(code, limits.max_code_bytes)
-        if params.update:
-            if params.name is None:
-                raise InvalidInput("update: true needs the name of the capability", field="name")
-            await self._registry.resolve(scope, params.name)  # NOT_FOUND before running
-        elif params.name is not None:
-            await naming.check_name_before_run(self._db, scope, params.name, analysis.code_hash)
-        plan = await plan_references(
-            analysis.calls, scope=scope, registry=self._registry, pool=self._pool
-        )
-        budget = Budget.start(limits)
-        outcome = await self._run(scope, code, params.args or {}, plan, budget, ())
-        elapsed_ms = (time.perf_counter() - started) * 1000
-        report = RunReport(
+        try:
+            analysis = cached_analysis(code, limits.max_code_bytes)
+            if params.update:
+                if params.name is None:
+                    raise InvalidInput(
+                        "update: true needs the name of the capability", field="name"
+                    )
+                await self._registry.resolve(scope, params.name)  # NOT_FOUND before running
+            elif params.name is not None:
+                await naming.check_name_before_run(self._db, scope, params.name, analysis.code_hash)
+            plan = await plan_references(
+                analysis.calls, scope=scope, registry=self._registry, pool=self._pool
+            )
+            await self._check_static(scope, request, plan, [])
+        except PmlError as error:
+            self._refused_before_run(request, error)
+            raise
+        budget = Budget.start(limits, request=request, journal=journal)
+        finished = FinishedRun(scope, request, budget, 0.0, name=params.name)
+        try:
+            outcome = await self._run(scope, code, params.args or {}, plan, budget, ())
+        except ApprovalRequired as waiting:
+            await self._finish(finished, started, waiting)
+            return await self._pause(scope, request, waiting, budget, resume)
+        except PmlError as error:
+            await self._finish(finished, started, error)
+            raise
+        finished.report = RunReport(
             scope=scope,
             intent=params.intent,
             analysis=analysis,
             plan=plan,
             budget=budget,
-            duration_ms=elapsed_ms,
+            duration_ms=(time.perf_counter() - started) * 1000,
         )
-        if params.update:
-            assert params.name is not None
-            record = await self._capture.new_version(report, params.name, params.routing)
-            created = False
-        else:
-            record, created = await self._capture.capture(report, params.name, params.routing)
-        return _success(
+        finished.routing, finished.update = params.routing, params.update
+        elapsed_ms = await self._finish(finished, started, None)
+        record = finished.captured
+        assert record is not None
+        return success_answer(
             outcome,
             budget,
             record.id,
             record.display_name,
             record.fqdn,
-            created=created,
+            created=finished.created,
             routing=record.routing,
             elapsed_ms=elapsed_ms,
         )
 
-    # -- by name ---------------------------------------------------------------------------
+    def _refused_before_run(self, request: RequestPolicy | None, error: PmlError) -> None:
+        """A request that ended before running (bad code, unknown tool, policy) is audited."""
+        if self._policy is not None and request is not None:
+            details = {"status": "error", "error": error.code, "stage": "before-run"}
+            self._policy.emit(request, "EXECUTOR_RESPONSE", {**details, "message": error.message})
 
-    async def run_capability(self, scope: Scope, ref: str, args: dict[str, Any]) -> dict[str, Any]:
-        """A named capability called as an MCP tool: the by-name path, named ones only."""
-        return await self._by_name(scope, ref, args, self._limits, named_only=True)
+    async def _finish(self, finished: FinishedRun, started: float, error: PmlError | None) -> float:
+        """Run the post-hooks; the run's duration in milliseconds."""
+        if finished.report is not None:
+            finished.duration_ms = finished.report.duration_ms
+        else:
+            finished.duration_ms = (time.perf_counter() - started) * 1000
+        finished.error = error
+        await self._hooks.run(finished)
+        return finished.duration_ms
+
+    # -- by name ---------------------------------------------------------------------------
 
     async def _by_name(
         self,
@@ -145,6 +286,9 @@ class ExecuteService:
         name: str,
         args: dict[str, Any],
         limits: SandboxSettings,
+        request: RequestPolicy | None,
+        journal: Journal,
+        resume: dict[str, Any],
         *,
         named_only: bool = False,
     ) -> dict[str, Any]:
@@ -154,15 +298,22 @@ class ExecuteService:
             resolved.record.named and resolved.record.record_type == "capability"
         ):
             raise NotFound(f"Capability not found: {message_value(name)}")
-        budget = Budget.start(limits)
+        await self._check_static(scope, request, None, resolved.version.tools_used)
+        budget = Budget.start(limits, request=request, journal=journal)
+        finished = FinishedRun(scope, request, budget, 0.0)
         try:
             outcome = await self._run_resolved(scope, resolved, args, budget, ())
-        except PmlError:
-            self._count(scope, resolved, success=False, started=started)
+        except ApprovalRequired as waiting:
+            await self._finish(finished, started, waiting)
+            return await self._pause(scope, request, waiting, budget, resume)
+        except PmlError as error:
+            finished.capability_fqdn = resolved.record.fqdn
+            await self._finish(finished, started, error)
             raise
-        elapsed_ms = self._count(scope, resolved, success=True, started=started)
+        finished.capability_fqdn = resolved.record.fqdn
+        elapsed_ms = await self._finish(finished, started, None)
         record = resolved.record
-        answer = _success(
+        answer = success_answer(
             outcome,
             budget,
             record.id,
@@ -179,18 +330,16 @@ class ExecuteService:
     async def run_nested(
         self, scope: Scope, fqdn: str, args: dict[str, Any], budget: Budget, chain: tuple[str, ...]
     ) -> Any:
-        """A capability called from a snippet: same limits, its failures are the caller's
-        ``ToolError`` (catchable), except limits and denials, which end the whole run."""
-        started = time.perf_counter()
+        """A capability called from a snippet: same limits and policy, its failures are the
+        caller's ``ToolError`` (catchable), except limits, denials and approvals, which end
+        the whole run. Its usage is counted by the post-hooks, from the call log."""
         resolved = await self._registry.resolve(scope, fqdn)
         try:
             outcome = await self._run_resolved(scope, resolved, args, budget, chain)
         except PmlError as error:
-            self._count(scope, resolved, success=False, started=started)
             if error.code in ("EXECUTION_FAILED", "TOOL_ERROR", "INVALID_ARGS"):
                 raise SnippetToolError(fqdn, error.message) from None
             raise
-        self._count(scope, resolved, success=True, started=started)
         return outcome.value
 
     async def _run_resolved(
@@ -210,15 +359,15 @@ class ExecuteService:
         schema = version.parameters_schema
         args = merged_args(schema, given)
         check_args(schema, args, capability=record.display_name)
-        analysis = self._stored_analysis(version.code, record.fqdn)
+        analysis = self._storedcached_analysis(version.code, record.fqdn)
         plan = await plan_references(
             analysis.calls, scope=scope, registry=self._registry, pool=self._pool
         )
         return await self._run(scope, version.code, args, plan, budget, chain)
 
-    def _stored_analysis(self, code: str, fqdn: str) -> SnippetAnalysis:
+    def _storedcached_analysis(self, code: str, fqdn: str) -> SnippetAnalysis:
         try:
-            return _analysis(code, max(self._limits.max_code_bytes, len(code.encode())))
+            return cached_analysis(code, max(self._limits.max_code_bytes, len(code.encode())))
         except PmlError as error:
             raise ExecutionFailed(f"Stored code of {fqdn} cannot run: {error.message}") from None
 
@@ -236,23 +385,10 @@ class ExecuteService:
         ) -> Any:
             return await self.run_nested(scope, fqdn, arguments, shared, path)
 
-        def counted(server: str, tool: str, latency_ms: float, ok: bool) -> None:
-            self._recorder.tool_call(scope, server, tool, latency_ms=latency_ms, success=ok)
-
         caller = RunCaller(
-            plan, budget, pool=self._pool, nested=nested, chain=chain, on_tool_call=counted
+            plan, budget, pool=self._pool, nested=nested, chain=chain, policy=self._policy
         )
         return await self._engine.run(code, args=args, caller=caller, limits=budget.limits())
-
-    def _count(self, scope: Scope, resolved: Resolved, *, success: bool, started: float) -> float:
-        """Count one run of a capability: its usage stats and its ``tool_usage`` row."""
-        elapsed_ms = (time.perf_counter() - started) * 1000
-        fqdn = resolved.record.fqdn
-        self._recorder.count(fqdn, success=success, latency_ms=elapsed_ms)
-        self._recorder.tool_call(
-            scope, CAPABILITY_SERVER_ID, fqdn, latency_ms=elapsed_ms, success=success
-        )
-        return elapsed_ms
 
     def _limits_for(self, params: ExecuteParams) -> SandboxSettings:
         options = params.options
@@ -260,28 +396,3 @@ class ExecuteService:
             return self._limits
         wall = min(self._limits.wall_time_s, options.timeout_ms / 1000)
         return self._limits.model_copy(update={"wall_time_s": wall})
-
-
-def _success(
-    outcome: RunOutcome,
-    budget: Budget,
-    capability_id: str,
-    name: str,
-    fqdn: str,
-    *,
-    created: bool,
-    routing: str,
-    elapsed_ms: float,
-) -> dict[str, Any]:
-    return {
-        "status": "success",
-        "result": outcome.value,
-        "logs": list(outcome.logs),
-        "toolsUsed": list(budget.tools_used),
-        "capabilityId": capability_id,
-        "capabilityName": name,
-        "capabilityFqdn": fqdn,
-        "created": created,
-        "routing": routing,
-        "executionTimeMs": round(elapsed_ms, 3),
-    }

@@ -1,4 +1,5 @@
-"""The gateway over streamable HTTP: ``/mcp`` (both protocol generations), ``GET /health``.
+"""The gateway over streamable HTTP: ``/mcp`` (both protocol generations), ``GET /health``,
+``GET /api/audit`` (``pml.gateway.audit_api``).
 
     async with open_gateway(settings) as gateway:
         app = create_app(gateway)            # Starlette; API keys checked on every request
@@ -38,6 +39,7 @@ from starlette.types import Scope as AsgiScope
 
 from pml import __version__
 from pml.config import Settings
+from pml.gateway.audit_api import audit_route
 from pml.gateway.server import SCOPE_STATE_KEY, Gateway, open_gateway
 from pml.registry.scope import Scope
 from pml.upstream.base import UpstreamPool
@@ -137,7 +139,7 @@ def create_app(
     authenticate: Authenticate | None = None,
     host: str = "127.0.0.1",
 ) -> Starlette:
-    """The HTTP app: ``/mcp`` and ``/health``, behind API keys (``ApiKeys`` by default)."""
+    """The HTTP app: ``/mcp``, ``/health``, ``/api/audit``, behind API keys (``ApiKeys``)."""
     if authenticate is None:
         from pml.gateway.keys import ApiKeys
 
@@ -151,9 +153,8 @@ def create_app(
         ]
         return JSONResponse({"status": "ok", "version": __version__, "upstream": upstream})
 
-    app = gateway.server.streamable_http_app(
-        host=host, custom_starlette_routes=[Route("/health", health, methods=["GET"])]
-    )
+    routes = [Route("/health", health, methods=["GET"]), audit_route(gateway.db)]
+    app = gateway.server.streamable_http_app(host=host, custom_starlette_routes=routes)
     app.add_middleware(ApiKeyMiddleware, authenticate=authenticate)
     return app
 

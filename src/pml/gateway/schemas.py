@@ -36,6 +36,8 @@ class ExecuteOptions(_Params):
 class ContinueWorkflow(_Params):
     workflow_id: Text
     approved: bool
+    # How long the approval holds: this call only, the session, or always (SPEC §10.4).
+    grant: Literal["once", "session", "always"] = "once"
 
 
 class ExecuteParams(_Params):
@@ -118,6 +120,7 @@ DOCS: dict[str, str] = {
     "continue_workflow": "Resume a workflow that was waiting for approval.",
     "workflow_id": "The workflowId of the approval_required answer.",
     "approved": "true to approve, false to refuse.",
+    "grant": "once (this call), session (this tool for a while) or always.",
     "limit": "Maximum number of results.",
     "kind": "tool, capability or all.",
     "min_score": "Drop results scoring below this (0 to 1).",

@@ -35,6 +35,8 @@ from pml.gateway.capability_tools import CapabilityToolCatalog
 from pml.gateway.fast_lane import ToolCallLane
 from pml.gateway.handlers import service_handlers
 from pml.gateway.notify import Context, ToolListNotifier
+from pml.gateway.policy_services import PolicyServices, open_policy
+from pml.gateway.results import error_result
 from pml.gateway.services import (
     default_pool,
     open_curation,
@@ -43,7 +45,7 @@ from pml.gateway.services import (
     register_servers,
 )
 from pml.gateway.stdio import claim_stdio, serve_on_pipes
-from pml.gateway.tools import Executor, GatewayTools, error_result
+from pml.gateway.tools import Executor, GatewayTools
 from pml.gateway.watch import ToolListWatcher
 from pml.llm import open_llm
 from pml.registry.scope import Scope
@@ -167,6 +169,7 @@ class Gateway:
     watcher: ToolListWatcher
     discovery: DiscoveryService
     curation: CurationService
+    policy: PolicyServices
 
     async def notify_tools_changed(self) -> None:
         """Tell connected clients to list tools again (e.g. after a capability rename)."""
@@ -193,9 +196,14 @@ async def open_gateway(
             registry.on_change(discovery.capability_changed)
             async with (
                 discovery.running(),
-                open_executor(settings, db, registry, upstream, discovery) as (executor, recorder),
                 open_llm(settings.llm, api_key=llm_api_key) as llm,
+                open_policy(settings, db, llm) as policy,
+                open_executor(settings, db, registry, upstream, discovery, policy) as (
+                    executor,
+                    recorder,
+                ),
             ):
+                discovery.policy = policy.enforcer
                 catalog = CapabilityToolCatalog(db)
                 notifier = ToolListNotifier()
                 watcher = ToolListWatcher(catalog, notifier, db, origin=registry.origin)
@@ -214,6 +222,7 @@ async def open_gateway(
                     usage=recorder,
                     page_size=settings.tools_page_size,
                     handlers=service_handlers(discovery=discovery, curation=curation),
+                    policy=policy.enforcer,
                 )
                 server = build_server(tools, default_scope=default_scope, notifier=notifier)
                 async with watcher.running(), curation.running():
@@ -231,6 +240,7 @@ async def open_gateway(
                         watcher,
                         discovery,
                         curation,
+                        policy,
                     )
         finally:
             # Not inside a cancel scope of ours: a pool may close task groups it opened in

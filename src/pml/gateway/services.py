@@ -32,6 +32,7 @@ from pml.wiring import routing_rules
 if TYPE_CHECKING:
     from pml.curation.service import CurationService
     from pml.discovery.service import DiscoveryService
+    from pml.gateway.policy_services import PolicyServices
 
 logger = logging.getLogger(__name__)
 
@@ -78,9 +79,11 @@ async def open_executor(
     registry: CapabilityRegistry,
     pool: UpstreamPool,
     discovery: Discoverer,
+    policy: PolicyServices | None = None,
 ) -> AsyncGenerator[tuple[Executor, UsageSink]]:
     """``pml_execute``'s service on the sandbox engine, and the usage recorder it writes with
     (imported lazily; on exit the engine stops and everything recorded is written)."""
+    from pml.execution.hooks import CleanupHook
     from pml.execution.recorder import UsageRecorder
     from pml.execution.service import ExecuteService
     from pml.sandbox.monty import MontyEngine
@@ -96,6 +99,9 @@ async def open_executor(
                 recorder=recorder,
                 limits=settings.sandbox,
                 discovery=discovery,
+                policy=policy.enforcer if policy is not None else None,
+                approvals=policy.approvals if policy is not None else None,
+                hooks=[CleanupHook(policy.purges, policy.enforcer)] if policy is not None else (),
             )
             yield service, recorder
     finally:

@@ -27,7 +27,9 @@ import mcp_types
 from pml.errors import InternalError, InvalidInput, NotAvailable, NotFound, PmlError
 from pml.gateway.capability_tools import CapabilityToolCatalog
 from pml.gateway.paging import cursor_for, cursor_offset
+from pml.gateway.results import capability_result, error_result, json_result
 from pml.gateway.schemas import STATIC_TOOLS, CurateParams, DiscoverParams, ExecuteParams
+from pml.policy.enforcer import PolicyEnforcer, RequestPolicy
 from pml.registry.fqdn import message_value
 from pml.registry.names import CAPABILITY_TOOL_PREFIX
 from pml.registry.names import TOOL_NAME_PATTERN as TOOL_NAME
@@ -37,7 +39,6 @@ from pml.upstream.base import PASS_THROUGH_SEPARATOR, UpstreamPool, UpstreamTool
 
 logger = logging.getLogger(__name__)
 
-CAPABILITY_META: Final = "pml/capability"
 DEFAULT_PAGE_SIZE: Final = 10_000
 T = TypeVar("T")
 SEED_PREFIXES = ("cap:", "pml:")  # the seed spellings cap:list, pml:execute, ...
@@ -93,8 +94,10 @@ class GatewayTools:
         usage: UsageSink | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
         handlers: Mapping[str, ToolHandler] | None = None,
+        policy: PolicyEnforcer | None = None,
     ) -> None:
         self._cap_tools = cap_tools
+        self._policy = policy
         self._handlers = dict(handlers or {})
         self._pool = pool
         self._executor = executor
@@ -204,6 +207,10 @@ class GatewayTools:
 
         Same gate and errors as ``call_tool``: a failure is an ``isError`` result, never a raise.
         """
+        try:
+            request = await self._authorize(scope, server, tool, arguments)
+        except PmlError as error:  # refused: never sent, not counted as a tool call
+            return _as_json(error_result(error))
         started = time.perf_counter()
         try:
             result = await self._pool.call_tool_raw(server, tool, arguments)
@@ -213,15 +220,28 @@ class GatewayTools:
             logger.exception("tool %s:%s failed unexpectedly", server, message_value(tool))
             failure = error_result(InternalError("Internal error while running the tool"))
         else:
-            self._count(scope, server, tool, started, result.get("isError") is not True)
+            ok = result.get("isError") is not True
+            self._count(scope, server, tool, started, ok, request)
             return result
-        self._count(scope, server, tool, started, False)
-        return failure.model_dump(mode="json", by_alias=True, exclude_none=True)
+        self._count(scope, server, tool, started, False, request)
+        return _as_json(failure)
 
-    def _count(self, scope: Scope, server: str, tool: str, started: float, ok: bool) -> None:
+    def _count(
+        self,
+        scope: Scope,
+        server: str,
+        tool: str,
+        started: float,
+        ok: bool,
+        request: RequestPolicy | None = None,
+    ) -> None:
+        latency_ms = (time.perf_counter() - started) * 1000
         if self._usage is not None:
-            latency_ms = (time.perf_counter() - started) * 1000
             self._usage.tool_call(scope, server, tool, latency_ms=latency_ms, success=ok)
+        if self._policy is not None and request is not None:
+            self._policy.tool_call_ended(
+                request, f"{server}:{tool}", ok=ok, duration_ms=latency_ms, replayed=False
+            )
 
     async def _call(
         self, scope: Scope, name: str, arguments: Mapping[str, Any] | None
@@ -249,14 +269,22 @@ class GatewayTools:
                 return await self._capability_tool(scope, name, arguments)
             raise NotFound(f"Unknown tool: {message_value(name)}")
         server, tool = address
+        request = await self._authorize(scope, server, tool, arguments)
         started = time.perf_counter()
         try:
             result = await self._pool.call_tool(server, tool, arguments)
         except PmlError:
-            self._count(scope, server, tool, started, False)
+            self._count(scope, server, tool, started, False, request)
             raise
-        self._count(scope, server, tool, started, not result.is_error)
+        self._count(scope, server, tool, started, not result.is_error, request)
         return result
+
+    async def _authorize(
+        self, scope: Scope, server: str, tool: str, arguments: Mapping[str, Any] | None
+    ) -> RequestPolicy | None:
+        if self._policy is None:
+            return None
+        return await self._policy.authorize_direct(scope, server, tool, dict(arguments or {}))
 
     async def _capability_tool(
         self, scope: Scope, ref: str, arguments: Mapping[str, Any] | None
@@ -266,6 +294,8 @@ class GatewayTools:
         if arguments is not None and not isinstance(arguments, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise InvalidInput("arguments must be an object", field="arguments")
         answer = await self._executor.run_capability(scope, ref, dict(arguments or {}))
+        if answer.get("status") == "approval_required":  # paused: resume with pml_execute
+            return json_result(answer)
         return capability_result(answer)
 
     async def _execute(
@@ -329,26 +359,6 @@ class GatewayTools:
                 logger.exception("tools-changed listener failed (server %s)", server)
 
 
-def capability_result(answer: Mapping[str, Any]) -> mcp_types.CallToolResult:
-    """A capability run as a tool result: its value, with PML's details in ``_meta``."""
-    value = answer.get("result")
-    structured: dict[str, Any] = value if isinstance(value, dict) else {"result": value}  # pyright: ignore[reportUnknownVariableType]
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    details = {
-        key: answer[key]
-        for key in ("capabilityFqdn", "capabilityName", "logs", "executionTimeMs", "routing")
-        if key in answer
-    }
-    if "deprecatedAlias" in answer:
-        details["deprecatedAlias"] = answer["deprecatedAlias"]
-    return mcp_types.CallToolResult(
-        content=[mcp_types.TextContent(type="text", text=text)],
-        structured_content=structured,
-        is_error=False,
-        _meta={CAPABILITY_META: details},
-    )
-
-
 def _wire(tool: mcp_types.Tool) -> str:
     data = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
@@ -357,27 +367,12 @@ def _wire(tool: mcp_types.Tool) -> str:
 STATIC_WIRE: Final = tuple(_wire(tool) for tool in STATIC_TOOLS.values())
 
 
+def _as_json(result: mcp_types.CallToolResult) -> dict[str, Any]:
+    return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
 def _canonical(name: str) -> str:
     for prefix in SEED_PREFIXES:
         if name.startswith(prefix):
             return name.replace(":", "_", 1)
     return name
-
-
-def json_result(data: dict[str, Any], *, is_error: bool = False) -> mcp_types.CallToolResult:
-    """``data`` as ``structuredContent`` and as the same JSON in one text block."""
-    try:
-        text = json.dumps(data, ensure_ascii=False)
-    except (TypeError, ValueError):  # a value JSON cannot hold: show it as text, both ways
-        text = json.dumps(data, ensure_ascii=False, default=str)
-        data = json.loads(text)
-    return mcp_types.CallToolResult(
-        content=[mcp_types.TextContent(type="text", text=text)],
-        structured_content=data,
-        is_error=is_error,
-    )
-
-
-def error_result(error: PmlError) -> mcp_types.CallToolResult:
-    """The ``isError`` result carrying ``{"error": {"code", "message", ...}}``."""
-    return json_result({"error": error.to_dict()}, is_error=True)

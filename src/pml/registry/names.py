@@ -176,13 +176,3 @@ def server_of(tool_ref: str) -> str | None:
     (the forms of ``tool_ref_parts``)."""
     parts = tool_ref_parts(tool_ref)
     return parts[0] if parts is not None else None
-    if is_fqdn(tool_ref):
-        return Fqdn.parse(tool_ref).namespace
-    parts = capability_tool_parts(tool_ref)
-    if parts is not None:
-        return parts[0]
-    for separator in (":", "__", "."):
-        server, sep, tool = tool_ref.partition(separator)
-        if sep:
-            return server if server and tool else None
-    return None

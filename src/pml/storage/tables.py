@@ -220,9 +220,10 @@ audit_events = sa.Table(
     sa.Column("project", SCOPE_PART, nullable=False),
     sa.Column("request_id", sa.String(64), nullable=True),
     sa.Column("details", JsonValue(), nullable=False),
-    sa.Column("decided_by", sa.String(32), nullable=True),
+    sa.Column("decided_by", sa.String(200), nullable=True),
     sa.Index(None, "ts"),
     sa.Index(None, "org", "project", "ts"),
+    sa.Index(None, "org", "project", "id"),
     sa.Index(None, "request_id"),
 )
 

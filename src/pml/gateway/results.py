@@ -1,0 +1,57 @@
+"""Tool results of the gateway's own tools: JSON answers, errors, capability runs.
+
+json_result({"items": [], "total": 0})     # structuredContent + the same JSON as text
+error_result(NotFound("Capability not found: x"))   # isError, {"error": {...}}
+capability_result(answer)                  # a capability run as a tool result
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+import mcp_types
+
+from pml.errors import PmlError
+
+CAPABILITY_META: Final = "pml/capability"
+
+
+def capability_result(answer: Mapping[str, Any]) -> mcp_types.CallToolResult:
+    """A capability run as a tool result: its value, with PML's details in ``_meta``."""
+    value = answer.get("result")
+    structured: dict[str, Any] = value if isinstance(value, dict) else {"result": value}  # pyright: ignore[reportUnknownVariableType]
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    details = {
+        key: answer[key]
+        for key in ("capabilityFqdn", "capabilityName", "logs", "executionTimeMs", "routing")
+        if key in answer
+    }
+    if "deprecatedAlias" in answer:
+        details["deprecatedAlias"] = answer["deprecatedAlias"]
+    return mcp_types.CallToolResult(
+        content=[mcp_types.TextContent(type="text", text=text)],
+        structured_content=structured,
+        is_error=False,
+        _meta={CAPABILITY_META: details},
+    )
+
+
+def json_result(data: dict[str, Any], *, is_error: bool = False) -> mcp_types.CallToolResult:
+    """``data`` as ``structuredContent`` and as the same JSON in one text block."""
+    try:
+        text = json.dumps(data, ensure_ascii=False)
+    except (TypeError, ValueError):  # a value JSON cannot hold: show it as text, both ways
+        text = json.dumps(data, ensure_ascii=False, default=str)
+        data = json.loads(text)
+    return mcp_types.CallToolResult(
+        content=[mcp_types.TextContent(type="text", text=text)],
+        structured_content=data,
+        is_error=is_error,
+    )
+
+
+def error_result(error: PmlError) -> mcp_types.CallToolResult:
+    """The ``isError`` result carrying ``{"error": {"code", "message", ...}}``."""
+    return json_result({"error": error.to_dict()}, is_error=True)

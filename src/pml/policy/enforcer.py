@@ -1,0 +1,329 @@
+"""The one enforcement point every tool call passes (SPEC §10): gate, rules, grants, audit.
+
+    enforcer = PolicyEnforcer(router=..., gate=..., capabilities=..., rules=..., grants=...,
+                              auditor=audit_log, mode="enforce")
+    request = await enforcer.begin(scope, "read the config files", source="pml_execute")
+    enforcer.check_static(request, [("filesystem", "write_file")])   # POLICY_DENIED before a run
+    decided_by = await enforcer.authorize(request, "filesystem", "read_file", {"path": "a"})
+
+``begin`` classifies the request's intent once (``ROUTER_OUTPUT``) and evaluates the policy
+table (``POLICY_DECISION``). ``authorize`` decides one call: a capability the decision
+forbids is ``POLICY_DENIED`` (in ``audit`` mode only logged); then the permission rules —
+``deny`` is ``PERMISSION_DENIED``, ``allow`` goes on, ``ask`` goes on only with a grant that
+covers the call (consumed when limited), else ``APPROVAL_REQUIRED`` (the run pauses for a
+person). Whatever goes wrong inside the checks refuses the call (fail closed).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from pml.errors import ApprovalRequired, PermissionDenied, PmlError, PolicyDenied
+from pml.execution.values import args_digest
+from pml.policy.capability_map import CapabilityMap
+from pml.policy.gate import PolicyGate
+from pml.policy.model import (
+    CAPABILITIES,
+    FALLBACK_INTENT,
+    Auditor,
+    PermissionCapability,
+    PolicyDecision,
+    RouterOutput,
+)
+from pml.policy.permissions import CallFacts, Grant, PermissionRules
+from pml.policy.scrub import scrub
+from pml.registry.scope import Scope
+
+logger = logging.getLogger(__name__)
+
+ARGS_SUMMARY_CHARS = 200
+# A call made without an intent (pass-through): the read-only fallback row applies.
+DIRECT = RouterOutput(
+    intent=FALLBACK_INTENT, needs=(), risk_level="low", confidence=1.0, decided_by="direct"
+)
+
+
+class Router(Protocol):
+    """What classifies an intent (``pml.policy.router.IntentRouter``)."""
+
+    async def route(self, intent: str) -> RouterOutput: ...
+
+
+class GrantFinder(Protocol):
+    """Where grants are looked up and consumed (``pml.policy.grants.GrantService``)."""
+
+    async def find_and_consume(
+        self, scope: Scope, call: CallFacts
+    ) -> tuple[Grant | None, list[str]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPolicy:
+    """One request's classification and policy decision, shared by all its tool calls."""
+
+    request_id: str
+    scope: Scope
+    source: str
+    router: RouterOutput
+    decision: PolicyDecision
+
+
+class PolicyEnforcer:
+    """Decides and audits every tool call of every request."""
+
+    def __init__(
+        self,
+        *,
+        router: Router,
+        gate: PolicyGate,
+        capabilities: CapabilityMap,
+        rules: PermissionRules,
+        grants: GrantFinder | None,
+        auditor: Auditor,
+        mode: Literal["enforce", "audit"] = "enforce",
+    ) -> None:
+        self._router = router
+        self._gate = gate
+        self._capabilities = capabilities
+        self._rules = rules
+        self._grants = grants
+        self.auditor = auditor
+        self._mode = mode
+
+    @property
+    def policy_version(self) -> str:
+        return self._gate.version
+
+    def capability_of(self, server: str, tool: str) -> PermissionCapability:
+        return self._capabilities.capability_of(server, tool)
+
+    async def begin(
+        self,
+        scope: Scope,
+        intent: str | None,
+        *,
+        source: str,
+        request_id: str | None = None,
+    ) -> RequestPolicy:
+        """Classify ``intent`` (None: a direct call) and decide the request's policy."""
+        request_id = request_id or uuid.uuid4().hex[:16]
+        router = DIRECT if intent is None else await self._router.route(intent)
+        try:
+            decision = self._gate.evaluate(router)
+        except Exception:  # fail closed: a request the gate cannot evaluate may use nothing
+            logger.exception("the policy gate failed; refusing every tool of the request")
+            decision = PolicyDecision(
+                intent=router.intent,
+                allowed=frozenset(),
+                forbidden=frozenset({"*", *CAPABILITIES}),
+                exceptions=(),
+                policy_version=self._gate.version,
+                rule="fail-closed",
+            )
+        request = RequestPolicy(request_id, scope, source, router, decision)
+        self._emit(
+            request, "ROUTER_OUTPUT", {**router.to_dict(), "source": source}, router.decided_by
+        )
+        self._emit(request, "POLICY_DECISION", decision.to_dict(), decision.rule)
+        return request
+
+    def check_static(self, request: RequestPolicy, tools: Iterable[tuple[str, str]]) -> None:
+        """Before a run: refuse when the code names a tool the policy or a deny rule forbids."""
+        for server, tool in tools:
+            capability = self._capabilities.capability_of(server, tool)
+            self._check_gate(request, server, tool, capability, stage="static")
+            match = self._rules.decide(server, tool, capability)
+            if match.decision == "deny":
+                self._deny_permission(request, server, tool, capability, match.rule, "static")
+
+    def hides(self, request: RequestPolicy, server: str, tool: str) -> bool:
+        """Whether discovery must hide ``server:tool`` (forbidden by the gate or denied)."""
+        try:
+            capability = self._capabilities.capability_of(server, tool)
+            if self._gate.forbidding_rule(request.decision, server, tool, capability) is not None:
+                return self._mode == "enforce"
+            return self._rules.decide(server, tool, capability).decision == "deny"
+        except Exception:  # fail closed
+            logger.exception("policy check failed for %s:%s; hiding it", server, tool)
+            return True
+
+    async def authorize(
+        self, request: RequestPolicy, server: str, tool: str, arguments: Mapping[str, Any]
+    ) -> str:
+        """Allow one call (returns what decided it) or raise the refusal (SPEC §10.3-4)."""
+        try:
+            return await self._authorize(request, server, tool, arguments)
+        except PmlError:
+            raise
+        except Exception:  # fail closed
+            logger.exception("permission check failed for %s:%s", server, tool)
+            details = {"tool": f"{server}:{tool}", "rule": "fail-closed"}
+            self._emit(request, "POLICY_DENIED", details, "fail-closed")
+            raise PolicyDenied(
+                f"Policy check failed for {server}:{tool}; the call was refused (fail closed)",
+                tool=f"{server}:{tool}",
+                rule="fail-closed",
+            ) from None
+
+    async def authorize_direct(
+        self, scope: Scope, server: str, tool: str, arguments: Mapping[str, Any]
+    ) -> RequestPolicy:
+        """A call made without an intent (pass-through): the read-only fallback policy; it
+        cannot wait for approval, so an ``ask`` without a grant is refused."""
+        request = await self.begin(scope, None, source="pass_through")
+        try:
+            await self.authorize(request, server, tool, arguments)
+        except ApprovalRequired as waiting:
+            data = {k: v for k, v in waiting.data.items() if k != "args_digest"}
+            raise PermissionDenied(
+                f"{waiting.message}: a direct call cannot wait for it. Call it from "
+                f"pml_execute (which asks for approval), or grant it with "
+                f"`pml perms grant {data.get('capability')} --tool '{server}:{tool}'`",
+                **data,
+            ) from None
+        self.tool_call_started(request, f"{server}:{tool}")
+        return request
+
+    async def _authorize(
+        self, request: RequestPolicy, server: str, tool: str, arguments: Mapping[str, Any]
+    ) -> str:
+        capability = self._capabilities.capability_of(server, tool)
+        self._check_gate(request, server, tool, capability, stage="call")
+        match = self._rules.decide(server, tool, capability)
+        address = f"{server}:{tool}"
+        if match.decision == "deny":
+            self._deny_permission(request, server, tool, capability, match.rule, "call")
+        if match.decision == "allow":
+            self._check_event(request, address, capability, "allow", match.rule)
+            return match.rule
+        grant: Grant | None = None
+        refusals: list[str] = []
+        digest = args_digest(dict(arguments))
+        if self._grants is not None:
+            call = CallFacts(server, tool, capability, arguments, digest)
+            grant, refusals = await self._grants.find_and_consume(request.scope, call)
+        if grant is not None:
+            decided_by = f"grant:{grant.id}"
+            self._check_event(request, address, capability, "allow", decided_by)
+            return decided_by
+        summary = args_summary(arguments)
+        details = {
+            "tool": address,
+            "capability": capability,
+            "outcome": "ask",
+            "args_summary": summary,
+            "grants_refused": refusals[:5],
+        }
+        self._emit(request, "PERMISSION_CHECK", details, match.rule)
+        raise ApprovalRequired(
+            f"{address} ({capability}) needs approval ({match.rule})",
+            tool=address,
+            capability=capability,
+            args_summary=summary,
+            reason=match.rule,
+            args_digest=digest,
+        )
+
+    def _check_gate(
+        self, request: RequestPolicy, server: str, tool: str, capability: str, *, stage: str
+    ) -> None:
+        rule = self._gate.forbidding_rule(request.decision, server, tool, capability)
+        if rule is None:
+            return
+        address = f"{server}:{tool}"
+        enforced = self._mode == "enforce"
+        details = {
+            "tool": address,
+            "capability": capability,
+            "intent": request.decision.intent,
+            "rule": rule,
+            "stage": stage,
+            "enforced": enforced,
+        }
+        self._emit(request, "POLICY_DENIED", details, request.decision.rule)
+        if enforced:
+            raise PolicyDenied(
+                f"Policy denied {address} ({capability}): {rule} "
+                f"(intent {request.decision.intent!r})",
+                tool=address,
+                capability=capability,
+                rule=rule,
+            )
+
+    def _deny_permission(
+        self,
+        request: RequestPolicy,
+        server: str,
+        tool: str,
+        capability: str,
+        rule: str,
+        stage: str,
+    ) -> None:
+        address = f"{server}:{tool}"
+        details = {"tool": address, "capability": capability, "rule": rule, "stage": stage}
+        self._emit(request, "PERMISSION_DENIED", details, rule)
+        raise PermissionDenied(
+            f"Permission denied for {address} ({capability}) by rule {rule}",
+            tool=address,
+            capability=capability,
+            rule=rule,
+        )
+
+    def _check_event(
+        self, request: RequestPolicy, address: str, capability: str, outcome: str, decided_by: str
+    ) -> None:
+        details = {"tool": address, "capability": capability, "outcome": outcome}
+        self._emit(request, "PERMISSION_CHECK", details, decided_by)
+
+    def tool_call_started(self, request: RequestPolicy, address: str) -> None:
+        self._emit(request, "TOOL_CALL_START", {"tool": address}, None)
+
+    def tool_call_ended(
+        self, request: RequestPolicy, address: str, *, ok: bool, duration_ms: float, replayed: bool
+    ) -> None:
+        details = {
+            "tool": address,
+            "success": ok,
+            "duration_ms": round(duration_ms, 3),
+            "replayed": replayed,
+        }
+        self._emit(request, "TOOL_CALL_END", details, None)
+
+    def emit(
+        self,
+        request: RequestPolicy,
+        event: str,
+        details: Mapping[str, Any],
+        decided_by: str | None = None,
+    ) -> None:
+        """Audit one more event of ``request``."""
+        self._emit(request, event, details, decided_by)
+
+    def _emit(
+        self,
+        request: RequestPolicy,
+        event: str,
+        details: Mapping[str, Any],
+        decided_by: str | None,
+    ) -> None:
+        self.auditor.emit(
+            event,
+            scope=request.scope,
+            details=details,
+            decided_by=decided_by,
+            actor=request.scope.user,
+            request_id=request.request_id,
+        )
+
+
+def args_summary(arguments: Mapping[str, Any]) -> str:
+    """The arguments as a person reviews them: secrets scrubbed, at most 200 characters."""
+    text = json.dumps(scrub(dict(arguments)), ensure_ascii=False, default=str, sort_keys=True)
+    if len(text) > ARGS_SUMMARY_CHARS:
+        return text[: ARGS_SUMMARY_CHARS - 1] + "…"
+    return text

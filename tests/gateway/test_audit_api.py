@@ -1,0 +1,188 @@
+"""``GET /api/audit`` on a real uvicorn with API keys: tenants, paging, hostile parameters."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+
+from pml.gateway.http import running_http
+from pml.gateway.keys import ApiKeys
+from pml.gateway.server import Gateway
+from pml.policy.audit import AuditLog
+from pml.registry.scope import Scope
+from pml.storage.audit_repo import AuditEntry, AuditRepository
+
+pytestmark = pytest.mark.anyio
+
+TIMEOUT = httpx.Timeout(10.0)
+AT = datetime(2025, 6, 1, 12, 30, tzinfo=UTC)
+
+
+@dataclass
+class Served:
+    url: str
+    gateway: Gateway
+    acme: str
+    globex: str
+
+    async def get(self, key: str | None, query: str = "") -> httpx.Response:
+        headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+        async with httpx.AsyncClient(timeout=TIMEOUT) as http:
+            return await http.get(f"{self.url}/api/audit{query}", headers=headers)
+
+    async def ok(self, query: str = "", key: str | None = None) -> dict[str, Any]:
+        response = await self.get(key or self.acme, query)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    async def insert(self, *entries: AuditEntry) -> None:
+        await AuditRepository(self.gateway.db).insert_many(list(entries))
+
+
+def entry(index: int, org: str = "acme", project: str = "webapp", **fields: Any) -> AuditEntry:
+    values: dict[str, Any] = {"event": "TOOL_CALL_END", "details": {"n": index}}
+    values.update(fields)
+    return AuditEntry(ts=AT + timedelta(seconds=index), org=org, project=project, **values)
+
+
+@pytest.fixture
+async def served(gateway: Gateway) -> AsyncGenerator[Served]:
+    keys = ApiKeys(gateway.db)
+    acme = (await keys.create("acme", "webapp", user="erwan"))[0]
+    globex = (await keys.create("globex", "site", user="gina"))[0]
+    async with running_http(gateway) as url:
+        yield Served(url, gateway, acme, globex)
+
+
+@pytest.mark.parametrize("key", [None, "pml_not-a-real-key-000000000000000000", "x" * 600])
+async def test_requests_without_a_valid_key_get_401_and_no_events(
+    served: Served, key: str | None
+) -> None:
+    await served.insert(entry(1))
+    response = await served.get(key)
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "UNAUTHORIZED"
+    assert "items" not in response.text
+
+
+async def test_a_key_sees_only_its_own_org_and_project(served: Served) -> None:
+    await served.insert(
+        entry(1),
+        entry(2, org="globex", project="site", details={"secret_plan": "globex only"}),
+        entry(3, project="other"),
+        entry(4),
+    )
+    acme = await served.ok()
+    assert [item["id"] for item in acme["items"]] == [1, 4]
+    assert {item["scope"] for item in acme["items"]} == {"acme.webapp"}
+    globex = await served.ok(key=served.globex)
+    assert [item["id"] for item in globex["items"]] == [2]
+    assert "globex only" not in str(acme)
+    # a parameter naming another tenant is refused, never obeyed
+    response = await served.get(served.acme, "?org=globex&project=site")
+    assert response.status_code == 400
+
+
+async def test_items_carry_every_field_and_the_next_after_id(served: Served) -> None:
+    await served.insert(
+        entry(1, actor="erwan", request_id="r-1", decided_by="policy:file_task", details={"ü": "✓"})
+    )
+    page = await served.ok()
+    assert page == {
+        "items": [
+            {
+                "id": 1,
+                "ts": "2025-06-01T12:30:01+00:00",
+                "event": "TOOL_CALL_END",
+                "actor": "erwan",
+                "scope": "acme.webapp",
+                "org": "acme",
+                "project": "webapp",
+                "request_id": "r-1",
+                "details": {"ü": "✓"},
+                "decided_by": "policy:file_task",
+            }
+        ],
+        "next_after_id": 1,
+    }
+
+
+async def test_paging_with_after_id_visits_every_event_once(served: Served) -> None:
+    await served.insert(*(entry(index) for index in range(1, 8)))
+    await served.insert(entry(100, org="globex", project="site"))
+    seen: list[int] = []
+    after = 0
+    while True:
+        page = await served.ok(f"?after_id={after}&limit=3")
+        if page["next_after_id"] is None:
+            assert page["items"] == []
+            break
+        seen += [item["details"]["n"] for item in page["items"]]
+        after = page["next_after_id"]
+    assert seen == [1, 2, 3, 4, 5, 6, 7]
+    newest = await served.ok("?limit=2")  # without after_id: the newest, oldest first
+    assert [item["details"]["n"] for item in newest["items"]] == [6, 7]
+    assert len((await served.ok())["items"]) == 7  # default limit 100
+
+
+async def test_event_filters_repeat(served: Served) -> None:
+    await served.insert(
+        entry(1, event="POLICY_DENIED"),
+        entry(2, event="ROUTER_OUTPUT"),
+        entry(3, event="PERMISSION_DENIED"),
+    )
+    page = await served.ok("?event=POLICY_DENIED&event=PERMISSION_DENIED")
+    assert [item["event"] for item in page["items"]] == ["POLICY_DENIED", "PERMISSION_DENIED"]
+    assert (await served.ok("?event=CAPABILITY_CREATED"))["items"] == []
+
+
+BAD_QUERIES = [
+    "?limit=0",
+    "?limit=1001",
+    "?limit=abc",
+    "?limit=",
+    "?limit=%EF%BC%91",  # a fullwidth digit one, which int() would accept
+    "?limit=1&limit=2",
+    "?limit=1e3",
+    "?after_id=-1",
+    "?after_id=99999999999999999999",
+    "?after_id=1%20OR%201=1",
+    "?after_id=" + "9" * 5000,
+    "?event=policy_denied",
+    "?event=POLICY_DENIED%27;%20DROP%20TABLE%20audit_events;--",
+    "?event=" + "A" * 100,
+    "?" + "&".join(["event=A"] * 33),
+    "?org=globex",
+    "?%E2%80%AEevil=1",
+]
+
+
+@pytest.mark.parametrize("query", BAD_QUERIES, ids=lambda query: query[:30])
+async def test_bad_parameters_get_400_invalid_input(served: Served, query: str) -> None:
+    await served.insert(entry(1))
+    response = await served.get(served.acme, query)
+    assert response.status_code == 400
+    body = response.json()
+    assert set(body) == {"error"}
+    assert body["error"]["code"] == "INVALID_INPUT"
+    assert len(body["error"]["message"]) < 200
+    assert len((await served.ok())["items"]) == 1  # nothing was changed
+
+
+async def test_events_of_an_audit_log_come_back_scrubbed(served: Served) -> None:
+    log = AuditLog(served.gateway.db, None)
+    log.emit(
+        "PERMISSION_DENIED",
+        scope=Scope("acme", "webapp", "erwan"),
+        details={"args": {"api_key": "sk-live-4f9a8b7c6d5e4f3a2b1c0d9e"}},
+        decided_by="config:permissions.deny[0]",
+    )
+    await log.flush()
+    [item] = (await served.ok("?event=PERMISSION_DENIED"))["items"]
+    assert item["details"] == {"args": {"api_key": "[REDACTED]"}}
+    assert item["decided_by"] == "config:permissions.deny[0]"
