@@ -14,6 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from pml.errors import PmlError
+from pml.execution.journal import Journal
 from pml.registry.scope import Scope
 from pml.storage.database import Database
 from pml.storage.tables import workflow_state
@@ -433,6 +434,26 @@ async def test_a_long_scope_user_is_isolated_like_any_other(
 
     assert await store.get("wf_1", kind=KIND, scope=long_user) == {"u": 128}
     assert await store.get("wf_1", kind=KIND, scope=near) is None
+
+
+async def test_a_paused_run_whose_tool_returned_a_nul_character_can_be_stored(
+    store: WorkflowStateStore, scope: Scope
+) -> None:
+    # JSON allows "\u0000" in strings; an upstream tool reading a binary file returns it.
+    journal = Journal()
+    journal.record(
+        "fs:read_text_file",
+        "ab" * 32,
+        {"content": [{"type": "text", "text": "PK\x03\x04\x00\x00"}]},
+    )
+    state = {"journal": journal.to_json(), "resume": {"code": "return 1"}}
+
+    await store.put("wf_binary", kind=KIND, scope=scope, state=state, ttl_s=60)
+
+    stored = await store.take("wf_binary", kind=KIND, scope=scope)
+    assert stored == state
+    resumed = Journal.resumed(stored["journal"])
+    assert resumed.replay("fs:read_text_file", "ab" * 32) == state["journal"][0]["result"]
 
 
 @pytest.mark.parametrize("length", [65, 10_000])

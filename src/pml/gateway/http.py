@@ -39,6 +39,7 @@ from starlette.types import Scope as AsgiScope
 
 from pml import __version__
 from pml.config import Settings
+from pml.gateway.approvals_api import approvals_route
 from pml.gateway.audit_api import audit_route
 from pml.gateway.server import SCOPE_STATE_KEY, Gateway, open_gateway
 from pml.registry.scope import Scope
@@ -139,7 +140,8 @@ def create_app(
     authenticate: Authenticate | None = None,
     host: str = "127.0.0.1",
 ) -> Starlette:
-    """The HTTP app: ``/mcp``, ``/health``, ``/api/audit``, behind API keys (``ApiKeys``)."""
+    """The HTTP app: ``/mcp``, ``/health``, ``/api/audit``, ``/api/approvals/{id}``, behind
+    API keys (``ApiKeys``)."""
     if authenticate is None:
         from pml.gateway.keys import ApiKeys
 
@@ -153,7 +155,11 @@ def create_app(
         ]
         return JSONResponse({"status": "ok", "version": __version__, "upstream": upstream})
 
-    routes = [Route("/health", health, methods=["GET"]), audit_route(gateway.db)]
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        audit_route(gateway.db),
+        approvals_route(gateway.executor, SCOPE_STATE_KEY),
+    ]
     app = gateway.server.streamable_http_app(host=host, custom_starlette_routes=routes)
     app.add_middleware(ApiKeyMiddleware, authenticate=authenticate)
     return app
