@@ -23,8 +23,11 @@ from e2e.support import (
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
 READ_THEN_WRITE = """
-note = await mcp.filesystem.read_text_file(path=args["src"])
-listing = await mcp.filesystem.list_directory(path=args["dir"])
+def text(value):
+    return value["content"] if isinstance(value, dict) else value
+
+note = text(await mcp.filesystem.read_text_file(path=args["src"]))
+listing = text(await mcp.filesystem.list_directory(path=args["dir"]))
 await mcp.filesystem.write_file(path=args["dst"], content=note.upper())
 return {"copied": len(note), "entries": listing.count("[FILE]")}
 """

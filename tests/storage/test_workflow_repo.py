@@ -13,7 +13,7 @@ import anyio
 import pytest
 import sqlalchemy as sa
 
-from pml.errors import PmlError
+from pml.errors import InvalidInput, PmlError
 from pml.execution.journal import Journal
 from pml.registry.scope import Scope
 from pml.storage.database import Database
@@ -326,16 +326,28 @@ async def test_put_replaces_an_expired_state(
     assert await store.take("wf_1", kind=KIND, scope=scope) == {"new": True}
 
 
-async def test_a_replaced_state_belongs_to_its_new_owner_only(
+async def test_another_caller_cannot_replace_a_state(
     store: WorkflowStateStore, scope: Scope
 ) -> None:
     other = Scope("other", "webapp", "erwan")
     await store.put("wf_1", kind=KIND, scope=scope, state={"owner": "first"}, ttl_s=60)
 
-    await store.put("wf_1", kind=KIND, scope=other, state={"owner": "second"}, ttl_s=60)
+    with pytest.raises(InvalidInput, match="already in use"):
+        await store.put("wf_1", kind=KIND, scope=other, state={"owner": "second"}, ttl_s=60)
 
-    assert await store.get("wf_1", kind=KIND, scope=other) == {"owner": "second"}
-    assert await store.get("wf_1", kind=KIND, scope=scope) is None
+    assert await store.get("wf_1", kind=KIND, scope=other) is None
+    assert await store.get("wf_1", kind=KIND, scope=scope) == {"owner": "first"}
+
+
+@pytest.mark.parametrize(
+    ("workflow_id", "kind"), [("", KIND), ("w" * 65, KIND), ("wf_1", ""), ("wf_1", "k" * 33)]
+)
+async def test_ids_and_kinds_out_of_bounds_are_refused_and_store_nothing(
+    db: Database, store: WorkflowStateStore, scope: Scope, workflow_id: str, kind: str
+) -> None:
+    with pytest.raises(InvalidInput):
+        await store.put(workflow_id, kind=kind, scope=scope, state={"a": 1}, ttl_s=60)
+    assert await count_rows(db) == 0
 
 
 async def test_a_taken_state_can_be_put_again(store: WorkflowStateStore, scope: Scope) -> None:
@@ -365,7 +377,6 @@ async def test_a_taken_state_can_be_put_again(store: WorkflowStateStore, scope: 
         "🌍" * 16,
         "é" * 64,
         "x" * 64,
-        "",
     ],
 )
 async def test_injection_like_and_unicode_ids_are_stored_verbatim(
@@ -452,6 +463,7 @@ async def test_a_paused_run_whose_tool_returned_a_nul_character_can_be_stored(
 
     stored = await store.take("wf_binary", kind=KIND, scope=scope)
     assert stored == state
+    assert stored is not None
     resumed = Journal.resumed(stored["journal"])
     assert resumed.replay("fs:read_text_file", "ab" * 32) == state["journal"][0]["result"]
 

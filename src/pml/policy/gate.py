@@ -123,7 +123,7 @@ class PolicyGate:
         decision: PolicyDecision, server: str, tool: str, capability: str
     ) -> str | None:
         """The rule that forbids ``server:tool`` (of ``capability``), or None if it may go on."""
-        if capability not in decision.forbidden:
+        if capability not in decision.forbidden and "*" not in decision.forbidden:
             return None
         address = f"{server}:{tool}"
         for pattern in decision.exceptions:
