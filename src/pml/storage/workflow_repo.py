@@ -27,7 +27,6 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
 from pml.errors import InvalidInput
-
 from pml.registry.scope import Scope
 from pml.storage.database import Database
 from pml.storage.tables import workflow_state
