@@ -84,6 +84,8 @@ class ArgumentFacts:
     paths: tuple[tuple[str, object], ...]
     urls: tuple[tuple[str, object], ...]
     problem: str | None = None
+    # The path arguments normalised once per call (or why one cannot be), for every grant.
+    path_checks: tuple[tuple[str, str], ...] | str = ()
 
     @classmethod
     def collect(cls, arguments: object) -> ArgumentFacts:
@@ -109,7 +111,7 @@ class ArgumentFacts:
             elif isinstance(value, list | tuple):
                 items = cast("list[object] | tuple[object, ...]", value)
                 stack.extend((item, depth + 1) for item in items if _container(item))
-        return cls(tuple(paths), tuple(urls))
+        return cls(tuple(paths), tuple(urls), path_checks=_path_checks(paths))
 
 
 def _container(value: object) -> bool:
@@ -136,19 +138,28 @@ def normalise_path(path: str) -> str:
     return "/" + normal.lstrip("/") if normal.startswith("/") else normal
 
 
-def path_refusal(facts: ArgumentFacts, prefix: str) -> str | None:
-    """None when every path argument is under ``prefix``, else why not."""
-    if facts.problem is not None:
-        return facts.problem
-    base = normalise_path(prefix)
-    for key, value in facts.paths:
+def _path_checks(paths: list[tuple[str, object]]) -> tuple[tuple[str, str], ...] | str:
+    """``(argument, normalised path)`` of each path argument, or why one is not a path."""
+    checked: list[tuple[str, str]] = []
+    for key, value in paths:
         if not isinstance(value, str):
             return f"{key} is not a path string: {_show(value)}"
         if not value.startswith("/"):
             return f"{key} {_show(value)} is not an absolute path"
         if _unreadable(value):
             return f"{key} {_show(value)} contains a backslash or control character"
-        normal = normalise_path(value)
+        checked.append((key, normalise_path(value)))
+    return tuple(checked)
+
+
+def path_refusal(facts: ArgumentFacts, prefix: str) -> str | None:
+    """None when every path argument is under ``prefix``, else why not."""
+    if facts.problem is not None:
+        return facts.problem
+    if isinstance(facts.path_checks, str):
+        return facts.path_checks
+    base = normalise_path(prefix)
+    for key, normal in facts.path_checks:
         if not (base == "/" or normal == base or normal.startswith(base + "/")):
             return f"{key} {_show(normal)} outside {base}"
     return None

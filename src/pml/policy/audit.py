@@ -26,7 +26,6 @@ when its window closes (or the log stops) one more event is written with
 
 from __future__ import annotations
 
-import copy
 import itertools
 import json
 import logging
@@ -39,7 +38,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import anyio
 
@@ -205,12 +204,14 @@ class AuditLog:
         if not isinstance(scope, Scope):
             logger.warning("audit: dropped a %s event without a valid scope", event)
             return None
+        # Scrubbed by the writer (``_scrubbed``), off the tool call's path; a shallow copy
+        # here, so the caller may reuse its mapping.
         if details is None:
             cleaned: dict[str, Any] = {}
         elif isinstance(details, Mapping):
-            cleaned = scrub(details)
+            cleaned = dict(cast(Mapping[str, Any], details))
         else:
-            cleaned = {"value": scrub(details)}
+            cleaned = {"value": details}
         return AuditEntry(
             ts=datetime.fromtimestamp(self._clock(), UTC),
             event=event,
@@ -225,7 +226,7 @@ class AuditLog:
     def _notify(self, entry: AuditEntry) -> None:
         for listener in self._listeners:
             try:
-                listener(copy.deepcopy(entry.to_dict()))
+                listener(_scrubbed(entry).to_dict())
             except Exception:  # a listener's bug must not reach the pipeline
                 logger.exception("audit: a listener failed on a %s event", entry.event)
 
@@ -298,6 +299,8 @@ class AuditLog:
                     self._close(key)
                 batch = list(self._pending)
                 self._pending.clear()
+            batch = [_scrubbed(entry) for entry in batch]
+            with self._lock:
                 if not self._recent_drops:  # an overflow episode ends with a quiet flush
                     self._warned_full = False
                 self._recent_drops = 0
@@ -383,6 +386,12 @@ def _text(value: object) -> str | None:
     return cleaned if isinstance(cleaned, str) else json.dumps(cleaned, ensure_ascii=False)
 
 
+def _scrubbed(entry: AuditEntry) -> AuditEntry:
+    """``entry`` with its details and actor scrubbed of secrets, as written."""
+    actor = scrub(entry.actor) if entry.actor is not None else None
+    return replace(entry, details=scrub(entry.details), actor=actor)
+
+
 def _window_key(entry: AuditEntry) -> _WindowKey:
-    details = json.dumps(entry.details, sort_keys=True, ensure_ascii=False)
+    details = json.dumps(entry.details, sort_keys=True, ensure_ascii=False, default=repr)
     return (entry.event, entry.org, entry.project, entry.actor, entry.decided_by, details)

@@ -17,116 +17,45 @@ counted (no write on the hot path). Issuing and revoking emit ``PERMISSION_GRANT
 
 from __future__ import annotations
 
-import math
 import re
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from pml.errors import InvalidInput, NotFound
-from pml.policy.arguments import ascii_host, normalise_path
+import sqlalchemy as sa
+
+from pml.errors import NotFound
+from pml.policy.grant_inputs import (
+    MAX_DECIDED_BY,
+    MAX_PURPOSE,
+    check_capability,
+    check_digest,
+    check_domain,
+    check_max_uses,
+    check_path_prefix,
+    check_text,
+    check_tool_pattern,
+    check_ttl,
+    invalid,
+)
 from pml.policy.model import CAPABILITIES, Auditor, PermissionCapability
 from pml.policy.permissions import CallFacts, Grant, GrantScope, choose_grant
-from pml.policy.tool_patterns import BadPattern, split_pattern
 from pml.registry.fqdn import message_value
 from pml.registry.scope import Scope
 from pml.storage.database import Database
 from pml.storage.grant_repo import Row, SqlGrantRepository
+from pml.storage.tables import permission_grants
 from pml.storage.types import utc_now
 
-MAX_TOOL_PATTERN = 200
-MAX_PURPOSE = 500
-MAX_PATH_PREFIX = 1024
-MAX_DECIDED_BY = 200
-MAX_USES = 2**31 - 1
-MAX_TTL_S = 100 * 365 * 86_400.0
-DIGEST = re.compile(r"[0-9a-f]{16,64}")
-HOST_LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
 GRANT_ID = re.compile(r"[0-9a-f-]{1,36}")
-
-
-def _invalid(field: str, message: str) -> InvalidInput:
-    return InvalidInput(f"Invalid {field}: {message}", field=field)
-
-
-def check_capability(value: object) -> PermissionCapability:
-    """The value as a permission capability, or INVALID_INPUT naming the allowed ones."""
-    for capability in CAPABILITIES:
-        if value == capability:
-            return capability
-    raise _invalid("capability", f"{value!r}. Use one of: {', '.join(CAPABILITIES)}.")
-
-
-def check_tool_pattern(value: object) -> str:
-    """A ``server:tool`` glob of at most 200 characters (``*`` stands for ``*:*``)."""
-    if isinstance(value, str) and len(value) > MAX_TOOL_PATTERN:
-        raise _invalid("tool_pattern", f"longer than {MAX_TOOL_PATTERN} characters")
-    try:
-        server, tool = split_pattern(value)
-    except BadPattern as error:
-        raise _invalid("tool_pattern", str(error)) from None
-    return f"{server}:{tool}"
-
-
-def check_path_prefix(value: object) -> str | None:
-    """An absolute POSIX path, normalised (``/data/../x`` is ``/x``)."""
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.startswith("/"):
-        raise _invalid("path_prefix", f"{value!r:.80} is not an absolute path")
-    if len(value) > MAX_PATH_PREFIX or "\\" in value or not value.isprintable():
-        raise _invalid("path_prefix", "too long, or has a backslash or control character")
-    return normalise_path(value)
-
-
-def check_domain(value: object) -> str | None:
-    """A host name (IDNA allowed), stored lower-case ASCII."""
-    if value is None:
-        return None
-    host = ascii_host(value) if isinstance(value, str) and value.isprintable() else None
-    if (
-        host is None
-        or len(host) > 253
-        or not all(HOST_LABEL.fullmatch(label) for label in host.split("."))
-    ):
-        raise _invalid("domain", f"{value!r:.80} is not a host name")
-    return host
-
-
-def _check_ttl(value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _invalid("ttl_s", f"{value!r:.80} is not a number of seconds")
-    if not math.isfinite(value) or value <= 0 or value > MAX_TTL_S:
-        raise _invalid("ttl_s", "must be more than 0 and at most 100 years")
-    return float(value)
-
-
-def _check_max_uses(value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_USES:
-        raise _invalid("max_uses", f"{value!r:.80} is not a whole number of at least 1")
-    return value
-
-
-def _check_text(field: str, value: object, limit: int, *, optional: bool) -> str | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or len(value) > limit or (not optional and not value):
-        raise _invalid(field, f"must be a string of at most {limit} characters")
-    return value
-
-
-def _check_digest(value: object) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not DIGEST.fullmatch(value):
-        raise _invalid("args_digest", "must be 16-64 lower-case hex characters")
-    return value
+GRANT_CACHE_KEYS = 4096
+_BY_ID = sa.select(permission_grants).where(
+    permission_grants.c.id == sa.bindparam("grant_id", type_=sa.String())
+)
+_CacheKey = tuple[str, str, str, str]
 
 
 def _stored_capability(value: object) -> PermissionCapability:
@@ -173,6 +102,8 @@ class GrantService:
         self._auditor = auditor
         self.policy_version = policy_version
         self._clock = clock
+        # (org, project, principal, capability) -> that principal's live grants, as last read
+        self._cache: OrderedDict[_CacheKey, list[Grant]] = OrderedDict()
 
     async def issue(
         self,
@@ -195,7 +126,7 @@ class GrantService:
         validated first (INVALID_INPUT naming it); nothing is stored on a bad one.
         """
         now = self._clock()
-        ttl = _check_ttl(ttl_s)
+        ttl = check_ttl(ttl_s)
         grant = Grant(
             id=str(uuid.uuid4()),
             principal=scope.user,
@@ -207,16 +138,16 @@ class GrantService:
                 path_prefix=check_path_prefix(path_prefix),
                 domain=check_domain(domain),
             ),
-            purpose=_check_text("purpose", purpose, MAX_PURPOSE, optional=True),
+            purpose=check_text("purpose", purpose, MAX_PURPOSE, optional=True),
             issued_at=now,
             expires_at=now + timedelta(seconds=ttl) if ttl is not None else None,
-            max_uses=_check_max_uses(max_uses),
+            max_uses=check_max_uses(max_uses),
             uses=0,
-            args_digest=_check_digest(args_digest),
+            args_digest=check_digest(args_digest),
             policy_version=self.policy_version,
             revoked=False,
         )
-        who = _check_text("decided_by", decided_by, MAX_DECIDED_BY, optional=False)
+        who = check_text("decided_by", decided_by, MAX_DECIDED_BY, optional=False)
         async with self._db.transaction() as conn:
             await SqlGrantRepository(conn).insert(_row(grant))
         self._auditor.emit(
@@ -232,24 +163,29 @@ class GrantService:
         self, scope: Scope, call: CallFacts
     ) -> tuple[Grant | None, list[str]]:
         """The grant covering ``call`` for ``scope.user`` (a use spent if limited), and the
-        refusal reasons of the grants passed over (for the audit)."""
+        refusal reasons of the grants passed over (for the audit).
+
+        The principal's grants are cached; a cached unlimited grant is confirmed by one
+        point read of its row (another process's revocation counts at once). Otherwise the
+        grants are read again (another process's new grant is found)."""
         now = self._clock()
+        key = (scope.org, scope.project, scope.user, call.capability)
+        cached = self._cache.get(key)
+        if cached is not None:
+            grant, _ = self._choose(cached, call, scope, now)
+            if grant is not None and grant.max_uses is None:
+                live = await self._live(grant.id)
+                if live is not None and self._choose([live], call, scope, now)[0] is not None:
+                    return live, []
         async with self._db.read() as conn:
             rows = await SqlGrantRepository(conn).candidates(
                 scope.org, scope.project, scope.user, call.capability, now
             )
         pool = [grant_from_row(row) for row in rows]
+        self._remember(key, pool)
         reasons: list[str] = []
         while True:
-            grant, refused = choose_grant(
-                pool,
-                call,
-                now=now,
-                policy_version=self.policy_version,
-                principal=scope.user,
-                org=scope.org,
-                project=scope.project,
-            )
+            grant, refused = self._choose(pool, call, scope, now)
             reasons.extend(refused)
             if grant is None or grant.max_uses is None:
                 return grant, reasons
@@ -259,6 +195,30 @@ class GrantService:
                 return replace(grant, uses=grant.uses + 1), reasons
             reasons.append(f"{grant.id}: used up by a concurrent call")
             pool = [other for other in pool if other.id != grant.id]
+
+    def _choose(
+        self, pool: list[Grant], call: CallFacts, scope: Scope, now: datetime
+    ) -> tuple[Grant | None, list[str]]:
+        return choose_grant(
+            pool,
+            call,
+            now=now,
+            policy_version=self.policy_version,
+            principal=scope.user,
+            org=scope.org,
+            project=scope.project,
+        )
+
+    async def _live(self, grant_id: str) -> Grant | None:
+        """The grant's row as it is now (one indexed point read)."""
+        row = await self._db.first(_BY_ID, {"grant_id": grant_id})
+        return grant_from_row(row._mapping) if row is not None else None  # pyright: ignore[reportPrivateUsage]
+
+    def _remember(self, key: _CacheKey, pool: list[Grant]) -> None:
+        self._cache[key] = pool
+        self._cache.move_to_end(key)
+        while len(self._cache) > GRANT_CACHE_KEYS:
+            self._cache.popitem(last=False)
 
     async def get(self, scope: Scope, grant_id: str) -> Grant | None:
         """The grant with this id in ``scope``'s org/project, whatever its state."""
@@ -275,7 +235,7 @@ class GrantService:
     ) -> list[Grant]:
         """Grants of ``scope``'s org/project (of every principal unless one is given),
         oldest first; only live ones unless ``include_inactive``."""
-        who = _check_text("principal", principal, 128, optional=True)
+        who = check_text("principal", principal, 128, optional=True)
         async with self._db.read() as conn:
             rows = await SqlGrantRepository(conn).list(
                 scope.org,
@@ -290,7 +250,7 @@ class GrantService:
         """Revoke one grant of ``scope``'s org/project (NOT_FOUND elsewhere); revoking
         twice keeps the first revocation time."""
         if not isinstance(grant_id, str):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise _invalid("grant_id", f"{grant_id!r:.80} is not a grant id")
+            raise invalid("grant_id", f"{grant_id!r:.80} is not a grant id")
         if not GRANT_ID.fullmatch(grant_id):
             raise NotFound(f"Grant not found: {message_value(grant_id)}")
         async with self._db.transaction() as conn:
@@ -307,7 +267,7 @@ class GrantService:
         self, scope: Scope, *, principal: str | None = None, decided_by: str
     ) -> int:
         """Revoke every grant of ``scope``'s org/project (or of one principal); how many."""
-        who = _check_text("principal", principal, 128, optional=True)
+        who = check_text("principal", principal, 128, optional=True)
         async with self._db.transaction() as conn:
             count = await SqlGrantRepository(conn).revoke_all(
                 scope.org, scope.project, self._clock(), principal=who
