@@ -378,18 +378,25 @@ class AuditLog:
 
 
 def _text(value: object) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return scrub_text(value)
-    cleaned = scrub(value)
-    return cleaned if isinstance(cleaned, str) else json.dumps(cleaned, ensure_ascii=False)
+    """A text field as given (scrubbed by the writer); anything else as JSON text."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(scrub(value), ensure_ascii=False)
 
 
 def _scrubbed(entry: AuditEntry) -> AuditEntry:
-    """``entry`` with its details and actor scrubbed of secrets, as written."""
-    actor = scrub(entry.actor) if entry.actor is not None else None
-    return replace(entry, details=scrub(entry.details), actor=actor)
+    """``entry`` with its details and text fields scrubbed of secrets, as written."""
+    return replace(
+        entry,
+        details=scrub(entry.details),
+        actor=_clean(entry.actor),
+        request_id=_clean(entry.request_id),
+        decided_by=_clean(entry.decided_by),
+    )
+
+
+def _clean(text: str | None) -> str | None:
+    return scrub_text(text) if text is not None else None
 
 
 def _window_key(entry: AuditEntry) -> _WindowKey:
