@@ -112,7 +112,13 @@ class PolicyEnforcer:
     ) -> RequestPolicy:
         """Classify ``intent`` (None: a direct call) and decide the request's policy."""
         request_id = request_id or uuid.uuid4().hex[:16]
-        router = DIRECT if intent is None else await self._router.route(intent)
+        try:
+            router = DIRECT if intent is None else await self._router.route(intent)
+        except PmlError:
+            raise  # e.g. a blank intent: the caller's error
+        except Exception:  # fail closed: an unclassified request gets the read-only row
+            logger.exception("the intent router failed; using the read-only fallback")
+            router = RouterOutput(FALLBACK_INTENT, (), "low", 0.0, "fallback:router-error")
         try:
             decision = self._gate.evaluate(router)
         except Exception:  # fail closed: a request the gate cannot evaluate may use nothing
