@@ -7,13 +7,11 @@
                  decided_by="policy:file_task", request_id="r-1")
 
 ``emit`` is what the pipeline calls (the ``Auditor`` protocol): it never blocks and never
-raises. It scrubs the event (``pml.policy.scrub``), hands it to the listeners (``pml serve
---debug-routing`` prints them) and queues it. Malformed input is logged and dropped.
-
-The writer appends one JSON object per line to the file (created ``0o600``, its folder
-created) and inserts the same events into ``audit_events`` in one transaction per batch.
-Either sink is optional. A failed write (disk full, database down) is logged once and
-retried on the next flush; nothing is lost unless a backlog passes ``max_pending`` events.
+raises; it queues the event (malformed input is logged and dropped) and hands it, scrubbed,
+to the listeners (``--debug-routing`` prints them). The writer scrubs each event
+(``pml.policy.scrub``, off the tool call's path), appends one JSON line per event to the
+file (``0o600``) and inserts the batch into ``audit_events`` in one transaction. Either
+sink is optional; a failed write is logged once and retried on the next flush.
 
 Bounded, never silent: when the queue (or a sink's backlog) is full, the oldest events are
 dropped, one warning is logged, and an ``AUDIT_DROPPED`` event per scope says how many.
@@ -70,22 +68,6 @@ class _Window:
     opened: float
     last: AuditEntry
     repeated: int = 0
-
-
-class NullAuditor:
-    """An auditor that records nothing, for code that runs without an audit log."""
-
-    def emit(
-        self,
-        event: str,
-        *,
-        scope: Scope,
-        details: Mapping[str, Any],
-        decided_by: str | None = None,
-        actor: str | None = None,
-        request_id: str | None = None,
-    ) -> None:
-        """Do nothing."""
 
 
 class AuditLog:
