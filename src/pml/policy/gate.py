@@ -70,6 +70,11 @@ DEFAULT_INTENT_POLICIES: Final[dict[str, IntentPolicySettings]] = {
         ("memory_read", "memory_write", *_READS),
         (*_WEB, "file_write", "system_execute", "screen_read"),
     ),
+    # A change of files or memory that names neither clearly ("save Globex as a customer").
+    "edit_task": _row(
+        ("file_read", "file_write", "memory_read", "memory_write", *_READS),
+        (*_WEB, "system_execute", "screen_read"),
+    ),
     # The fallback: a minimal read-only allowance; unknown tools still go to permissions.
     FALLBACK_INTENT: _row(
         ("file_read", "memory_read", *_READS),

@@ -26,13 +26,16 @@ system                  system_task      0.85   run / execute / install / shell 
 file_delete             file_edit        0.9    delete / remove / erase + a file or path
 file_write              file_edit        0.8    write / create / edit / save ... + a file word
                                          0.9    ... + an explicit path or file name
-git_write               file_edit        0.85   commit / stage / checkout / create a branch
+git_write               file_edit        0.85   commit / stage / checkout / switch branch
 url                     browse_once      0.75   a URL (0.9 with open / visit / fetch ...)
 file_read               file_task        0.8    read / list / show / count ... + a file word
                                          0.85   ... + an explicit path or file name
+memory_thing            memory_write     0.7    a write verb + fact / entity / relation / note
+change                  edit_task        0.6    any other write verb (no file named)
 file_mention            file_task        0.7    a path, file name or glob alone
 browse_page             browse_once      0.8    open / visit / fetch + page / website / link
 current_info            lookup_search    0.7    search for, look up, news, weather, price of
+page_mention            browse_once      0.6    a page, website, link or URL named
 small_talk              chat_only        0.75   greetings, thanks, jokes, "how are you"
 fallback                general          0.3    nothing matched
 ======================  ===============  =====  ==================================================
@@ -46,10 +49,10 @@ of the common cases are understood too (lis, écris, supprime, fichier, dossier,
 from __future__ import annotations
 
 import re
-import unicodedata
 from typing import Final
 
 from pml.errors import InvalidInput
+from pml.policy.intent_text import PATH_MARK, URL_MARK, word_string
 from pml.policy.model import FALLBACK_INTENT, PermissionCapability, RiskLevel, RouterOutput
 
 MAX_INTENT_CHARS: Final = 4000
@@ -65,12 +68,14 @@ INTENT_NEEDS: Final[dict[str, tuple[PermissionCapability, ...]]] = {
     "system_task": ("system_execute",),
     "memory_read": ("memory_read",),
     "memory_write": ("memory_write",),
+    "edit_task": ("file_write", "memory_write"),
     FALLBACK_INTENT: (),
 }
 INTENT_RISK: Final[dict[str, RiskLevel]] = {
     "system_task": "high",
     "file_edit": "medium",
     "memory_write": "medium",
+    "edit_task": "medium",
     "browse_once": "medium",
     "one_shot_discovery": "medium",
 }
@@ -84,26 +89,11 @@ _PREFIXES: Final[dict[str, str]] = {
 }
 _PREFIX = re.compile(r"(/[a-z]+)(?:\s|$)", re.IGNORECASE)
 
-_URL_MARK: Final = "zzurl"
-_PATH_MARK: Final = "zzpath"
-_WORD = re.compile(r"[^\W_]+")
-_TOKEN_EDGES: Final = "\"'`()[]{}<>,;!?“”‘’«»"
-
 
 def _set(words: str) -> frozenset[str]:
     return frozenset(words.split())
 
 
-_TLDS: Final = _set(
-    "com org net io dev ai co edu gov fr de uk eu info app me tv ca us jp be ch nl es it ru cn "
-    "in br au news blog site online tech cloud"
-)
-_FILE_EXTS: Final = _set(
-    "json jsonl csv tsv txt md rst yaml yml toml ini cfg conf log xml html htm pdf doc docx "
-    "xls xlsx ppt pptx odt py pyi js ts tsx jsx sh bash zsh sql db sqlite env lock rs go java "
-    "kt c h cpp hpp cs rb php swift png jpg jpeg gif svg webp zip tar gz tgz parquet ipynb "
-    "css scss vue tf pem key bak tmp out"
-)
 # Words skipped to find a request's main verb ("can you please read ..." -> "read").
 _FILLERS: Final = _set(
     "please pls can could would will you u i want need like to let s lets me us now then ok "
@@ -125,6 +115,7 @@ _MEMORY_RECALL = _any(
     r"did i (?:tell|mention|say|share)",
     r"recall (?:what|my|the|when|where|who|everything)|remind me (?:what|of|who|where|when|my)",
     r"what (?:is|s|was|are|were) my (?:name|birthday|favou?rite \w+|preferences?|age|job)",
+    r"(?:anything|everything|what|things) you (?:remember|recall|know|stored|saved|noted)",
     r"tu te souviens|te souviens tu|vous souvenez|rappelle moi|que sais tu de moi",
     r"qu est ce que je t ai dit",
 )
@@ -138,6 +129,10 @@ _REMEMBER = _any(
     r"souviens toi|retiens|n oublie pas|note que|memorise|garde en memoire",
 )
 _MEMORY_NOUN = _any(r"memory|memories|knowledge graph|memoire")
+# What a knowledge-graph memory holds: with a write verb and no file, a memory write.
+_MEMORY_THING = _any(
+    r"facts?|entit(?:y|ies)|relations?|relationships?|observations?|details?|notes?|knowledge"
+)
 _MEMORY_NOT_STORE = _any(
     r"ram|usage|leaks?|gb|mb|process(?:es)?|out of memory|free up|how much memory",
     r"memory (?:use|used|uses|consumption|footprint)",
@@ -149,7 +144,7 @@ _SCREEN = _any(
 _WEB_WORDS = _any(
     r"web|online|internet|sources?|articles?|reviews?|websites?|blogs?|forums?|reddit|news",
     r"benchmarks?",
-    _URL_MARK,
+    URL_MARK,
 )
 _RESEARCH = _any(r"research(?:ing)?|investigate|deep dive|literature review|in depth report")
 _COMPARE = _any(
@@ -169,6 +164,7 @@ _SYSTEM = _any(
     r"deploy|kill|restart|reboot|shutdown|sudo|chmod|chown|systemctl|curl|wget",
     r"pytest|npm|npx|pip3?|apt(?: get)?|brew|yarn|cargo|docker|kubectl",
     r"shell|terminal|bash|zsh|powershell|command line|commands?|cli|cmd|processes",
+    r"env(?:ironment)? var(?:iable)?s?|environment of",
     r"git (?:push|pull|clone|fetch)|make (?:build|install|test|all|clean)",
     r"build (?:the |my |this |our )?(?:project|app|application|code|package|binary|image)",
     r"(?:the |unit |integration )tests|test suite",
@@ -187,6 +183,8 @@ _WRITE = _any(
     r"writ(?:e|es|ing)|wrote|creat(?:e|es|ing)|sav(?:e|es|ing)|edit(?:s|ing)?|change",
     r"modif(?:y|ies|ying)|updat(?:e|es|ing)|renam(?:e|es|ing)|mov(?:e|es|ing)|mv|cp",
     r"cop(?:y|ies|ying)|append(?:s|ing)?|insert|add|mkdir|touch|replace|fix|refactor|patch",
+    r"swap|set ?up|relocate|put|place|clear|reset|unlink|link|store|record|attach|tag",
+    r"register|switch|undo|restore|take (?:\w+ )?out",
     r"make (?:a |an |the )?(?:new )?(?:file|folder|directory|dir|copy)",
     r"ecris|ecrire|ecrit|cree|creer|enregistre|enregistrer|sauvegarde|sauvegarder",
     r"modifie|modifier|renomme|renommer|deplace|deplacer|ajoute|ajouter|copie|copier",
@@ -197,14 +195,15 @@ _GIT_WRITE = _any(
     r"(?:to|and|then|please|now|you) (?:commit|stage|checkout)",
     r"(?:commit|stage) (?:the|my|all|these|those|it|this|that|changes|everything|them|our)",
     r"git (?:add|commit|reset|checkout|init|stash|merge|rebase|revert)",
-    r"(?:new|create (?:a )?(?:new )?) branch|revert|merge|rebase",
+    r"(?:new|create (?:a )?(?:new )?) branch|revert|merge|rebase|staging area|branch off",
+    r"(?:go|switch|change|move) (?:back )?to (?:the )?\w+ branch",
 )
 _FILE_WORDS = _any(
     r"files?|folders?|director(?:y|ies)|dirs?|paths?|repos?|repositor(?:y|ies)|documents?",
     r"docs?|json|csv|tsv|yaml|yml|toml|xml|markdown|readme|spreadsheets?|logs?|config",
     r"codebase|source code|git|commits?|branch(?:es)?|diff",
     r"fichiers?|dossiers?|repertoires?",
-    _PATH_MARK,
+    PATH_MARK,
 )
 _FILE_READ = _any(
     r"read(?:s|ing)?|open|show|display|list(?:s|ing)?|ls|cat|find|search|grep|count",
@@ -288,14 +287,14 @@ def _rule(intent: str, confidence: float, name: str, risk: RiskLevel | None = No
 
 def _classify(s: str) -> RouterOutput:
     """The first rule (of the module table) that matches the word string ``s``."""
-    has_url = _URL_MARK in s
-    has_path = _PATH_MARK in s
+    has_url = URL_MARK in s
+    has_path = PATH_MARK in s
     file_object = has_path or _FILE_WORDS.search(s) is not None
     if _MEMORY_RECALL.search(s):
         return _rule("memory_read", 0.9, "memory_recall")
     if _REMEMBER.search(s):
         return _rule("memory_write", 0.9, "remember")
-    if _MEMORY_NOUN.search(s) and not _MEMORY_NOT_STORE.search(s):
+    if _MEMORY_NOUN.search(s) and (not _MEMORY_NOT_STORE.search(s) or _DELETE.search(s)):
         if _WRITE.search(s) or _DELETE.search(s):
             return _rule("memory_write", 0.8, "memory_noun")
         return _rule("memory_read", 0.8, "memory_noun")
@@ -317,15 +316,20 @@ def _classify(s: str) -> RouterOutput:
         return _rule("file_edit", 0.85, "git_write")
     if has_url:
         return _rule("browse_once", 0.9 if _BROWSE_VERB.search(s) else 0.75, "url")
-    if file_object:
-        if _FILE_READ.search(s):
-            return _rule("file_task", 0.85 if has_path else 0.8, "file_read")
-        if has_path:
-            return _rule("file_task", 0.7, "file_mention")
+    if file_object and _FILE_READ.search(s):
+        return _rule("file_task", 0.85 if has_path else 0.8, "file_read")
+    if _WRITE.search(s) or _DELETE.search(s):  # a change, of something not named as a file
+        if _MEMORY_THING.search(s):
+            return _rule("memory_write", 0.7, "memory_thing")
+        return _rule("edit_task", 0.6, "change")
+    if file_object and has_path:
+        return _rule("file_task", 0.7, "file_mention")
     if _BROWSE_VERB.search(s) and _PAGE.search(s):
         return _rule("browse_once", 0.8, "browse_page")
     if _CURRENT_INFO.search(s):
         return _rule("lookup_search", 0.7, "current_info")
+    if _PAGE.search(s):
+        return _rule("browse_once", 0.6, "page_mention")
     if file_object:
         return _rule("file_task", 0.7, "file_mention")
     if _GREETING.search(s) or _SMALL_TALK.search(s):
@@ -340,60 +344,3 @@ def _lead_is_file_verb(s: str) -> bool:
         if word not in _FILLERS:
             return _FILE_VERBS.fullmatch(word) is not None
     return False
-
-
-def word_string(text: str) -> str:
-    """The normalised word string of ``text``: URLs and paths become markers, the rest
-    lower-case words without accents or invisible characters, joined by single spaces."""
-    decomposed = unicodedata.normalize("NFKD", text)
-    kept = "".join(
-        char
-        for char in decomposed
-        if not unicodedata.combining(char) and unicodedata.category(char) != "Cf"
-    ).casefold()
-    out: list[str] = []
-    for raw in kept.split():
-        token = raw.strip(_TOKEN_EDGES).rstrip(".:")
-        kind = _token_kind(token)
-        if kind is not None:
-            out.append(kind)
-        else:
-            out.extend(_WORD.findall(raw))
-    return " ".join(out)
-
-
-def _token_kind(token: str) -> str | None:
-    """``_URL_MARK``, ``_PATH_MARK``, or None for an ordinary token."""
-    if not token:
-        return None
-    if token.startswith("file://"):
-        return _PATH_MARK
-    if token.startswith(("http://", "https://", "ftp://", "www.")):
-        return _URL_MARK
-    if token == "~" or token.startswith(("/", "~/", "./", "../", "~\\", ".\\")):
-        return _PATH_MARK
-    if _is_windows_path(token):
-        return _PATH_MARK
-    if "*" in token and ("." in token or "/" in token):
-        return _PATH_MARK
-    head = token.split("/", 1)[0]
-    labels = head.split(".")
-    if (
-        len(labels) >= 2
-        and labels[-1] in _TLDS
-        and all(label and label.replace("-", "").isalnum() for label in labels)
-    ):
-        return _URL_MARK
-    if (token.endswith("/") and len(token) > 1) or token.count("/") >= 2:
-        return _PATH_MARK
-    name = token.rsplit("/", 1)[-1]
-    stem, dot, ext = name.rpartition(".")
-    if dot and ext in _FILE_EXTS and (stem or name.startswith(".")):
-        return _PATH_MARK
-    if dot and not stem and ext.isalpha() and len(ext) > 1 and name.startswith("."):
-        return _PATH_MARK  # a dotfile: .bashrc, .gitignore
-    return None
-
-
-def _is_windows_path(token: str) -> bool:
-    return len(token) > 2 and token[0].isalpha() and token[1] == ":" and token[2] in "\\/"

@@ -36,6 +36,7 @@ INTENTS: tuple[str, ...] = (
     "system_task",
     "memory_read",
     "memory_write",
+    "edit_task",
     "general",
 )
 FALLBACK_INTENT = "general"

@@ -54,8 +54,8 @@ from pml.policy.intent_rules import (
     check_intent,
     route_heuristic,
     route_prefix,
-    word_string,
 )
+from pml.policy.intent_text import word_string
 from pml.policy.model import CAPABILITIES, INTENTS, RiskLevel, RouterOutput
 from pml.sections import PolicySettings
 
@@ -80,6 +80,7 @@ _DESCRIPTIONS: Final[dict[str, str]] = {
     "system_task": "run a command, program, script, installer, build or test suite",
     "memory_read": "recall facts the user earlier asked the assistant to remember",
     "memory_write": "the user explicitly asks the assistant to remember or forget something",
+    "edit_task": "change, add or remove something (files or stored facts) not named clearly",
     "general": "anything else (answered with read-only tools)",
 }
 
