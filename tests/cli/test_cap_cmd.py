@@ -198,6 +198,10 @@ def test_rename_through_the_cli_then_lookup_by_the_old_name_warns(cli: Cli) -> N
     assert as_json["description"] == "Reads JSON"
     whois = cli.json("cap", "whois", record.fqdn)
     assert [alias["alias"] for alias in whois["aliases"]] == [old]
+    audited = [json.loads(line) for line in cli.run("audit", "tail", "--json").stdout.splitlines()]
+    [event] = [e for e in audited if e["event"] == "CAPABILITY_RENAMED"]
+    assert event["details"]["to"] == "fs:read_json"
+    assert event["details"]["changed"] == ["description"]
     taken = cli.run("cap", "rename", "fs:read_json", old)
     assert taken.exit_code == 0  # taking back its own old name is allowed
     assert cli.json("cap", "whois", record.fqdn)["display_name"] == old

@@ -14,6 +14,7 @@ import anyio
 import pytest
 import sqlalchemy as sa
 
+from pml.errors import NotFound
 from pml.policy.audit import AUDIT_DROPPED, AuditLog
 from pml.policy.audit_file import AuditFile
 from pml.policy.model import Auditor
@@ -459,3 +460,18 @@ async def test_a_log_without_sinks_accepts_events() -> None:
     assert auditor.pending == 1
     await auditor.flush()
     assert auditor.pending == 0
+
+
+async def test_an_error_of_the_block_is_raised_as_it_is_after_the_last_flush(
+    tmp_path: Path,
+) -> None:
+    log = AuditLog(None, tmp_path / "audit.jsonl")
+
+    async def fail_inside() -> None:
+        async with log.running():
+            log.emit("TOOL_CALL_END", scope=ACME, details={"ok": True})
+            raise NotFound("Capability not found: x")
+
+    with pytest.raises(NotFound):  # not an exception group
+        await fail_inside()
+    assert json.loads((tmp_path / "audit.jsonl").read_text())["event"] == "TOOL_CALL_END"

@@ -95,6 +95,8 @@ async def test_usage_is_counted_once_across_a_pause(pg: PolicyGateway) -> None:
     async with pg.gateway.db.read() as conn:
         counts = {row[0]: row[1] for row in (await conn.execute(query)).all()}
     assert counts == {"read_text_file": 1, "list_directory": 1, "write_file": 1}
+    usage = [e["details"] for e in await pg.events("POSTHOOK_USAGE")]
+    assert usage == [{"calls": 2, "replayed": 0}, {"calls": 1, "replayed": 2}]
 
 
 async def test_a_refusal_ends_the_workflow_and_captures_nothing(pg: PolicyGateway) -> None:
@@ -247,3 +249,22 @@ async def test_every_run_goes_through_post_hooks_in_the_audit_trail(pg: PolicyGa
     lines = [json.loads(line) for line in pg.audit_file.read_text().splitlines()]
     assert [line["event"] for line in lines] == events
     assert all("decided_by" in line and "ts" in line for line in lines)
+
+
+async def test_renames_are_audited_with_who_decided(pg: PolicyGateway) -> None:
+    is_error, data = await pg.execute(
+        intent="what time is it", code="return await mcp.time.get_current_time()"
+    )
+    assert is_error is False
+    renamed = await pg.call(
+        "cap_rename", {"name": data["capabilityName"], "new_name": "clock:now", "tags": ["t"]}
+    )
+    assert renamed.is_error is False
+    [event] = await pg.events("CAPABILITY_RENAMED")
+    assert event["decided_by"] == "user:erwan"
+    assert event["details"] == {
+        "capability": data["capabilityFqdn"],
+        "from": data["capabilityName"],
+        "to": "clock:now",
+        "changed": ["tags"],
+    }

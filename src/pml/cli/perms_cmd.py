@@ -21,7 +21,7 @@ from rich.table import Table
 
 from pml.cli.common import ConfigOption, JsonOption, load_cli_settings, print_json, run_command
 from pml.cli.status_cmd import safe_text
-from pml.errors import InvalidInput, PmlError
+from pml.errors import InvalidInput
 from pml.registry.scope import Scope
 
 if TYPE_CHECKING:
@@ -71,15 +71,9 @@ def _with_grants(
         try:
             # Grants and revocations are audited like the gateway's (file and table).
             audit = AuditLog(db, audit_file_path(settings))
-            refused: PmlError | None = None
             async with audit.running():
                 service = GrantService(db, audit, policy_version=policy_version(settings))
-                try:
-                    return await action(settings, service)
-                except PmlError as error:  # raised outside the writer's task group
-                    refused = error
-            assert refused is not None
-            raise refused
+                return await action(settings, service)
         finally:
             await db.close()
 

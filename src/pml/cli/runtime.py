@@ -31,9 +31,15 @@ class RegistrySession:
 @asynccontextmanager
 async def open_registry(settings: Settings) -> AsyncGenerator[RegistrySession]:
     """Open the configured database (migrating it) and the registry on top of it."""
+    from pml.config import audit_file_path
+    from pml.policy.audit import AuditLog
+
     db = await Database.open(settings.database_url)
     try:
         registry = CapabilityRegistry(db, routing=routing_rules(settings))
-        yield RegistrySession(db, registry, CapTools(registry), scope_of(settings))
+        audit = AuditLog(db, audit_file_path(settings))
+        registry.auditor = audit  # renames from the shell are audited like the gateway's
+        async with audit.running():
+            yield RegistrySession(db, registry, CapTools(registry), scope_of(settings))
     finally:
         await db.close()

@@ -137,11 +137,16 @@ class UsageHook:
     name = "usage"
     required = False
 
-    def __init__(self, recorder: UsageRecorder) -> None:
+    def __init__(self, recorder: UsageRecorder, policy: PolicyEnforcer | None = None) -> None:
         self._recorder = recorder
+        self._policy = policy
 
     async def __call__(self, run: FinishedRun) -> None:
         recorder, scope = self._recorder, run.scope
+        replayed = sum(1 for call in run.budget.call_log if call.replayed)
+        if self._policy is not None and run.request is not None:
+            counted = {"calls": len(run.budget.call_log) - replayed, "replayed": replayed}
+            self._policy.emit(run.request, "POSTHOOK_USAGE", counted)
         for call in run.budget.call_log:
             if call.replayed:
                 continue

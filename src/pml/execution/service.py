@@ -93,7 +93,7 @@ class ExecuteService:
         self._policy = policy
         self._approvals = approvals
         capture = CaptureService(registry, recorder)
-        standard: list[PostHook] = [CaptureHook(capture, policy), UsageHook(recorder)]
+        standard: list[PostHook] = [CaptureHook(capture, policy), UsageHook(recorder, policy)]
         if policy is not None:
             standard.append(AuditHook(policy))
         self._hooks = PostHooks([*standard, *hooks], policy=policy)

@@ -204,6 +204,7 @@ async def open_gateway(
                 ),
             ):
                 discovery.policy = policy.enforcer
+                registry.auditor = policy.audit
                 catalog = CapabilityToolCatalog(db)
                 notifier = ToolListNotifier()
                 watcher = ToolListWatcher(catalog, notifier, db, origin=registry.origin)

@@ -154,20 +154,26 @@ class AuditLog:
 
     @asynccontextmanager
     async def running(self) -> AsyncGenerator[AuditLog]:
-        """Run the background writer; at exit, close every window and write everything."""
-        try:
-            async with anyio.create_task_group() as group:
-                group.start_soon(self._write_periodically)
-                try:
-                    yield self
-                finally:
-                    group.cancel_scope.cancel()
-        finally:
-            with anyio.CancelScope(shield=True):
-                with anyio.move_on_after(self.close_timeout_s):
-                    await self._flush(final=True)
-                if self.pending:
-                    logger.error("audit: %d events were not written before exit", self.pending)
+        """Run the background writer; at exit, close every window and write everything.
+
+        An exception of the block is raised as it is (not wrapped in an exception group by
+        the writer's task group), after the final flush."""
+        raised: BaseException | None = None
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._write_periodically)
+            try:
+                yield self
+            except BaseException as error:  # noqa: BLE001 - re-raised below, unwrapped
+                raised = error
+            finally:
+                group.cancel_scope.cancel()
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(self.close_timeout_s):
+                await self._flush(final=True)
+            if self.pending:
+                logger.error("audit: %d events were not written before exit", self.pending)
+        if raised is not None:
+            raise raised
 
     # -- emit side (under self._lock where noted) --------------------------------------
 

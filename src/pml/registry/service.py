@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from pml.errors import InvalidInput, NotFound
+from pml.policy.model import Auditor
 from pml.registry import naming
 from pml.registry.changes import UNNAMED_CAPTURE, ChangeAnnouncer, ChangeListener
 from pml.registry.fqdn import Fqdn, is_fqdn, message_value
@@ -84,6 +85,8 @@ class CapabilityRegistry:
         self._routing = routing or RoutingRules()
         self._clock = clock
         self._changes = ChangeAnnouncer(db)
+        # Where renames are audited (``CAPABILITY_RENAMED``), when a policy pipeline runs.
+        self.auditor: Auditor | None = None
 
     @property
     def origin(self) -> str:
@@ -280,6 +283,12 @@ class CapabilityRegistry:
             updated = await repo.get(record.fqdn)
             assert updated is not None
         await self._changed(scope, updated.fqdn, "renamed")
+        if self.auditor is not None:
+            details = {"capability": updated.fqdn, "from": record.display_name}
+            details |= {"to": updated.display_name, "changed": sorted(values)}
+            self.auditor.emit(
+                "CAPABILITY_RENAMED", scope=scope, details=details, decided_by=f"user:{scope.user}"
+            )
         return updated
 
     async def record_usage(self, fqdn: str, *, success: bool, latency_ms: float) -> None:
