@@ -268,3 +268,30 @@ async def test_renames_are_audited_with_who_decided(pg: PolicyGateway) -> None:
         "to": "clock:now",
         "changed": ["tags"],
     }
+
+
+@pytest.mark.parametrize(
+    ("answer", "code"),
+    [
+        ({"workflow_id": "wf_'; DROP TABLE workflow_state; --", "approved": True}, "NOT_FOUND"),
+        ({"workflow_id": "wf_\u202eexe.txt", "approved": True}, "NOT_FOUND"),
+        ({"workflow_id": "x" * 5000, "approved": True}, "NOT_FOUND"),
+        ({"workflow_id": "", "approved": True}, "INVALID_INPUT"),
+        ({"workflow_id": 123, "approved": True}, "INVALID_INPUT"),
+        ({"workflow_id": "wf_1"}, "INVALID_INPUT"),
+        ({"workflow_id": "wf_1", "approved": "yes"}, "INVALID_INPUT"),
+        ({"workflow_id": "wf_1", "approved": True, "grant": "forever"}, "INVALID_INPUT"),
+        ({"workflow_id": "wf_1", "approved": True, "extra": 1}, "INVALID_INPUT"),
+    ],
+)
+async def test_hostile_continue_workflow_answers_change_nothing(
+    pg: PolicyGateway, answer: dict[str, object], code: str
+) -> None:
+    paused = await _pause(pg)
+    is_error, data = await pg.execute(intent="approve", continue_workflow=answer)
+    assert is_error is True
+    assert data["error"]["code"] == code
+    assert len(data["error"]["message"]) < 400
+    assert await pg.gateway.policy.grants.list(SCOPE) == []
+    is_error, done = await _continue(pg, paused["workflowId"])  # the real one still waits
+    assert done["status"] == "success"
