@@ -59,11 +59,13 @@ class Journal:
         self._keep({"tool": address, "digest": digest, "result": result})
 
     def _keep(self, entry: dict[str, Any]) -> None:
-        self.size += len(json.dumps(entry.get("result"), default=str))
         self.recorded.append(entry)
 
     def to_json(self) -> list[dict[str, Any]]:
-        """What to store with a paused run (``LIMIT_EXCEEDED`` when too large to keep)."""
+        """What to store with a paused run (``LIMIT_EXCEEDED`` when too large to keep).
+
+        Sizes are measured here, when a run pauses, not on every call."""
+        self.size = sum(len(json.dumps(e.get("result"), default=str)) for e in self.recorded)
         if self.size > MAX_JOURNAL_BYTES:
             raise LimitExceeded(
                 f"The run cannot wait for approval: its {len(self.recorded)} completed tool "
