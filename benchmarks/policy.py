@@ -35,6 +35,7 @@ import sqlalchemy as sa
 from pml.config import PermissionsSettings, PolicySettings, Settings
 from pml.gateway.policy_services import build_enforcer
 from pml.policy.audit import AuditLog
+from pml.policy.grant_stamp import grant_stamp_for
 from pml.policy.grants import GrantService
 from pml.policy.version import policy_version
 from pml.registry.scope import Scope
@@ -86,7 +87,9 @@ async def run(url: str, n: int, rules: int, total_grants: int) -> dict[str, Any]
     audit = AuditLog(db, tmp / "audit.jsonl", coalesce_window_s=60.0)
     try:
         async with audit.running():
-            grants = GrantService(db, audit, policy_version=policy_version(settings))
+            grants = GrantService(
+                db, audit, policy_version=policy_version(settings), stamp=grant_stamp_for(settings)
+            )
             started = time.perf_counter()
             await _fill_grants(grants, total_grants)
             fill_s = time.perf_counter() - started

@@ -62,6 +62,7 @@ def _with_grants(
     async def body() -> T:
         from pml.config import audit_file_path
         from pml.policy.audit import AuditLog
+        from pml.policy.grant_stamp import grant_stamp_for
         from pml.policy.grants import GrantService
         from pml.policy.version import policy_version
         from pml.storage.database import Database
@@ -72,7 +73,12 @@ def _with_grants(
             # Grants and revocations are audited like the gateway's (file and table).
             audit = AuditLog(db, audit_file_path(settings))
             async with audit.running():
-                service = GrantService(db, audit, policy_version=policy_version(settings))
+                service = GrantService(
+                    db,
+                    audit,
+                    policy_version=policy_version(settings),
+                    stamp=grant_stamp_for(settings),  # running gateways see the change at once
+                )
                 return await action(settings, service)
         finally:
             await db.close()

@@ -26,6 +26,7 @@ from pml.policy.audit import AuditLog
 from pml.policy.capability_map import CapabilityMap
 from pml.policy.enforcer import PolicyEnforcer
 from pml.policy.gate import PolicyGate
+from pml.policy.grant_stamp import grant_stamp_for
 from pml.policy.grants import GrantService
 from pml.policy.permissions import PermissionRules
 from pml.policy.router import IntentRouter
@@ -95,7 +96,9 @@ async def open_policy(
     )
     if settings.policy.debug_routing:
         audit.add_listener(_debug_printer(debug_stream or sys.stderr))
-    grants = GrantService(db, audit, policy_version=policy_version(settings))
+    grants = GrantService(
+        db, audit, policy_version=policy_version(settings), stamp=grant_stamp_for(settings)
+    )
     enforcer = build_enforcer(settings, audit, grants, llm)
     workflows = WorkflowStateStore(db)
     approvals = ApprovalFlow(workflows, grants, enforcer, settings.permissions)

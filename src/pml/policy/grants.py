@@ -18,10 +18,11 @@ counted (no write on the hot path). Issuing and revoking emit ``PERMISSION_GRANT
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -41,6 +42,7 @@ from pml.policy.grant_inputs import (
     check_ttl,
     invalid,
 )
+from pml.policy.grant_stamp import GrantStamp
 from pml.policy.model import CAPABILITIES, Auditor, PermissionCapability
 from pml.policy.permissions import CallFacts, Grant, GrantScope, choose_grant
 from pml.registry.fqdn import message_value
@@ -56,6 +58,16 @@ _BY_ID = sa.select(permission_grants).where(
     permission_grants.c.id == sa.bindparam("grant_id", type_=sa.String())
 )
 _CacheKey = tuple[str, str, str, str]
+# How long cached grants are trusted on the stamp's word alone (bounds the effect of a
+# process that died between a commit and its bump).
+TRUST_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Cached:
+    pool: list[Grant]
+    token: object | None
+    read_at: float
 
 
 def _stored_capability(value: object) -> PermissionCapability:
@@ -97,13 +109,20 @@ class GrantService:
         *,
         policy_version: str,
         clock: Callable[[], datetime] = utc_now,
+        stamp: GrantStamp | None = None,
+        trust_s: float = TRUST_S,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._db = db
         self._auditor = auditor
         self.policy_version = policy_version
         self._clock = clock
-        # (org, project, principal, capability) -> that principal's live grants, as last read
-        self._cache: OrderedDict[_CacheKey, list[Grant]] = OrderedDict()
+        self._stamp = stamp
+        self._trust_s = trust_s
+        self._monotonic = monotonic
+        # (org, project, principal, capability) -> that principal's grants as last read,
+        # the stamp token seen before reading them, and when.
+        self._cache: OrderedDict[_CacheKey, _Cached] = OrderedDict()
 
     async def issue(
         self,
@@ -150,6 +169,7 @@ class GrantService:
         who = check_text("decided_by", decided_by, MAX_DECIDED_BY, optional=False)
         async with self._db.transaction() as conn:
             await SqlGrantRepository(conn).insert(_row(grant))
+        self._bump()
         self._auditor.emit(
             "PERMISSION_GRANTED",
             scope=scope,
@@ -165,24 +185,28 @@ class GrantService:
         """The grant covering ``call`` for ``scope.user`` (a use spent if limited), and the
         refusal reasons of the grants passed over (for the audit).
 
-        The principal's grants are cached; a cached unlimited grant is confirmed by one
-        point read of its row (another process's revocation counts at once). Otherwise the
-        grants are read again (another process's new grant is found)."""
+        The principal's grants are cached. A cached unlimited grant is used as it is while
+        the grant stamp says no process changed grants (SQLite, for ``TRUST_S`` at most);
+        otherwise it is confirmed by one point read of its row, so another process's
+        revocation counts at once. Anything else reads the grants again."""
         now = self._clock()
         key = (scope.org, scope.project, scope.user, call.capability)
         cached = self._cache.get(key)
         if cached is not None:
-            grant, _ = self._choose(cached, call, scope, now)
+            grant, _ = self._choose(cached.pool, call, scope, now)
             if grant is not None and grant.max_uses is None:
+                if self._unchanged(cached):
+                    return grant, []
                 live = await self._live(grant.id)
                 if live is not None and self._choose([live], call, scope, now)[0] is not None:
                     return live, []
+        token = self._stamp.token() if self._stamp is not None else None
         async with self._db.read() as conn:
             rows = await SqlGrantRepository(conn).candidates(
                 scope.org, scope.project, scope.user, call.capability, now
             )
         pool = [grant_from_row(row) for row in rows]
-        self._remember(key, pool)
+        self._remember(key, _Cached(pool, token, self._monotonic()))
         reasons: list[str] = []
         while True:
             grant, refused = self._choose(pool, call, scope, now)
@@ -191,6 +215,7 @@ class GrantService:
                 return grant, reasons
             async with self._db.transaction() as conn:
                 won = await SqlGrantRepository(conn).consume(grant.id, now)
+            self._bump()
             if won:
                 return replace(grant, uses=grant.uses + 1), reasons
             reasons.append(f"{grant.id}: used up by a concurrent call")
@@ -214,8 +239,20 @@ class GrantService:
         row = await self._db.first(_BY_ID, {"grant_id": grant_id})
         return grant_from_row(row._mapping) if row is not None else None  # pyright: ignore[reportPrivateUsage]
 
-    def _remember(self, key: _CacheKey, pool: list[Grant]) -> None:
-        self._cache[key] = pool
+    def _unchanged(self, cached: _Cached) -> bool:
+        """Whether no process has changed grants since ``cached`` was read."""
+        if self._stamp is None or cached.token is None:
+            return False
+        if self._monotonic() - cached.read_at > self._trust_s:
+            return False
+        return self._stamp.token() == cached.token
+
+    def _bump(self) -> None:
+        if self._stamp is not None:
+            self._stamp.bump()
+
+    def _remember(self, key: _CacheKey, cached: _Cached) -> None:
+        self._cache[key] = cached
         self._cache.move_to_end(key)
         while len(self._cache) > GRANT_CACHE_KEYS:
             self._cache.popitem(last=False)
@@ -257,6 +294,7 @@ class GrantService:
             row = await SqlGrantRepository(conn).revoke(
                 grant_id, scope.org, scope.project, self._clock()
             )
+        self._bump()
         grant = grant_from_row(row)
         self._auditor.emit(
             "PERMISSION_REVOKED", scope=scope, details=_details(grant), decided_by=decided_by
@@ -272,6 +310,7 @@ class GrantService:
             count = await SqlGrantRepository(conn).revoke_all(
                 scope.org, scope.project, self._clock(), principal=who
             )
+        self._bump()
         self._auditor.emit(
             "PERMISSION_REVOKED",
             scope=scope,
@@ -285,7 +324,10 @@ class GrantService:
         ago; how many. Emits nothing: the post-hook that calls it audits its own clean-up
         (``POSTHOOK_CLEANUP``) in the scope of the request it runs for."""
         async with self._db.transaction() as conn:
-            return await SqlGrantRepository(conn).purge_expired(self._clock())
+            purged = await SqlGrantRepository(conn).purge_expired(self._clock())
+        if purged:
+            self._bump()
+        return purged
 
 
 def _row(grant: Grant) -> dict[str, Any]:
