@@ -153,12 +153,13 @@ def _path_checks(paths: list[tuple[str, object]]) -> tuple[tuple[str, str], ...]
 
 
 def path_refusal(facts: ArgumentFacts, prefix: str) -> str | None:
-    """None when every path argument is under ``prefix``, else why not."""
+    """None when every path argument is under ``prefix`` (normalised, as grants store and
+    read it), else why not."""
     if facts.problem is not None:
         return facts.problem
     if isinstance(facts.path_checks, str):
         return facts.path_checks
-    base = normalise_path(prefix)
+    base = prefix
     for key, normal in facts.path_checks:
         if not (base == "/" or normal == base or normal.startswith(base + "/")):
             return f"{key} {_show(normal)} outside {base}"

@@ -31,7 +31,7 @@ from typing import Any
 
 from pml.errors import ConfigError
 from pml.execution.values import args_digest
-from pml.policy.arguments import ArgumentFacts, domain_refusal, path_refusal
+from pml.policy.arguments import ArgumentFacts, domain_refusal, normalise_path, path_refusal
 from pml.policy.model import ASK_BY_DEFAULT, CAPABILITIES, PermissionCapability, PermissionDecision
 from pml.policy.tool_patterns import BadPattern, glob_regex, split_pattern, tool_matcher
 from pml.sections import PermissionsSettings
@@ -195,6 +195,8 @@ class GrantScope:
             return nothing
         if not (domain is None or isinstance(domain, str)):
             return nothing
+        if prefix is not None:  # compared as normalised, once here rather than per call
+            prefix = normalise_path(prefix)
         return cls(tool=tool, path_prefix=prefix, domain=domain)
 
 
