@@ -143,6 +143,12 @@ class UpstreamUnavailable(PmlError):
     code = "UPSTREAM_UNAVAILABLE"
 
 
+class ClientToolsRequireClient(PmlError):
+    """Code that uses tools on the user's machine, from a caller that cannot run it there."""
+
+    code = "CLIENT_TOOLS_REQUIRE_CLIENT"
+
+
 class StorageError(PmlError):
     code = "STORAGE_ERROR"
 

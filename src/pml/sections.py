@@ -17,6 +17,8 @@ class RoutingSettings(BaseModel):
 
     cloud: list[str] = Field(default_factory=list[str])
     local: list[str] = Field(default_factory=list[str])
+    # How long code handed to a PML client (execute_locally) waits for the client's trace.
+    workflow_ttl_s: float = Field(default=3600.0, gt=0, le=7 * 86400)
 
 
 class SandboxSettings(BaseModel):

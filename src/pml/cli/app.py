@@ -11,6 +11,7 @@ import typer
 from pml.cli import (
     audit_cmd,
     cap_cmd,
+    connect_cmd,
     db_cmd,
     discover_cmd,
     execute_cmd,
@@ -58,6 +59,7 @@ cap_cmd.register(app)
 status_cmd.register(app)
 keys_cmd.register(app)
 perms_cmd.register(app)
+connect_cmd.register(app)
 audit_cmd.register(app)
 serve_cmd.register(app)
 execute_cmd.register(app)

@@ -8,9 +8,11 @@ stored_request(params)                               # a request as a paused run
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Protocol
 
 from pml.analysis.snippet import SnippetAnalysis, analyze_snippet
+from pml.config import SandboxSettings
+from pml.errors import ExecutionFailed, PmlError
 from pml.execution.caller import Budget
 from pml.gateway.schemas import ExecuteParams
 from pml.sandbox.base import RunOutcome
@@ -27,31 +29,58 @@ def cached_analysis(code: str, max_code_bytes: int) -> SnippetAnalysis:
     return analyze_snippet(code, max_code_bytes=max_code_bytes)
 
 
+def stored_analysis(code: str, fqdn: str, max_code_bytes: int) -> SnippetAnalysis:
+    """The analysis of a capability's stored code (stored code may exceed today's limit)."""
+    try:
+        return cached_analysis(code, max(max_code_bytes, len(code.encode())))
+    except PmlError as error:
+        raise ExecutionFailed(f"Stored code of {fqdn} cannot run: {error.message}") from None
+
+
+def limits_for(limits: SandboxSettings, params: ExecuteParams) -> SandboxSettings:
+    """The sandbox limits of one request: ``options.timeout_ms`` can only shorten the time."""
+    options = params.options
+    if options is None or options.timeout_ms is None:
+        return limits
+    wall = min(limits.wall_time_s, options.timeout_ms / 1000)
+    return limits.model_copy(update={"wall_time_s": wall})
+
+
 def stored_request(params: ExecuteParams) -> dict[str, Any]:
     """The request as a paused workflow keeps it (``continue_workflow`` dropped)."""
     return params.model_dump(mode="json", exclude={"continue_workflow"}, exclude_none=True)
 
 
+class CapabilityFace(Protocol):
+    """What an answer says of the capability that ran (a record, or a reused code's owner)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def display_name(self) -> str: ...
+    @property
+    def fqdn(self) -> str: ...
+
+
 def success_answer(
     outcome: RunOutcome,
     budget: Budget,
-    capability_id: str,
-    name: str,
-    fqdn: str,
+    capability: CapabilityFace,
     *,
     created: bool,
     routing: str,
-    elapsed_ms: float,
+    ms: float,
 ) -> dict[str, Any]:
+    """The SPEC §5 success answer; ``ms``: the run's duration in milliseconds."""
     return {
         "status": "success",
         "result": outcome.value,
         "logs": list(outcome.logs),
         "toolsUsed": list(budget.tools_used),
-        "capabilityId": capability_id,
-        "capabilityName": name,
-        "capabilityFqdn": fqdn,
+        "capabilityId": capability.id,
+        "capabilityName": capability.display_name,
+        "capabilityFqdn": capability.fqdn,
         "created": created,
         "routing": routing,
-        "executionTimeMs": round(elapsed_ms, 3),
+        "executionTimeMs": round(ms, 3),
     }

@@ -2,20 +2,21 @@
 
     record, created = await CaptureService(registry, db).capture(report, name, routing)
 
-Every path that learns goes through here (``pml_execute`` now; traces from local clients
-and approved workflows later). It stores the code as it should be kept — literals lifted
-into parameters, secrets never, capabilities referenced by FQDN — under the identity of
-the code as the agent wrote it, computes routing from what the code uses (SPEC §8), and
-records the run's trace: each tool call's tool, argument digest, duration and success.
+Every path that learns goes through here: ``pml_execute`` runs (approved ones too) and
+the traces local clients send for code they ran (``pml.execution.trace_ingest``). It
+stores the code as it should be kept — literals lifted into parameters, secrets never,
+capabilities referenced by FQDN — under the identity of the code as the agent wrote it,
+computes routing from what the code uses (SPEC §8), and records the run's trace: each
+tool call's tool, argument digest, duration and success.
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from pml.analysis.snippet import SnippetAnalysis, code_to_store
-from pml.execution.caller import Budget
 from pml.execution.recorder import UsageRecorder
 from pml.execution.references import Plan
 from pml.registry.models import CapabilityRecord
@@ -29,19 +30,22 @@ from pml.storage.types import utc_now
 
 @dataclass(frozen=True, slots=True)
 class RunReport:
-    """What one successful run tells the capture service."""
+    """What one successful run tells the capture service: what it called (``called``) and
+    each call's trace entry (``task_results``: tool, argument digest, duration, success)."""
 
     scope: Scope
     intent: str
     analysis: SnippetAnalysis
     plan: Plan
-    budget: Budget
+    called: tuple[str, ...]
+    task_results: list[dict[str, Any]]
     duration_ms: float
+    workflow_id: str | None = None
 
     def tools_used(self) -> list[str]:
         """What the code names (routing covers every branch), then what nested runs used."""
         used = [target.address for target in self.plan.targets.values()]
-        return list(dict.fromkeys([*used, *self.budget.tools_used]))
+        return list(dict.fromkeys([*used, *self.called]))
 
     def trace_row(self, fqdn: str) -> TraceRow:
         return TraceRow(
@@ -54,8 +58,9 @@ class RunReport:
             success=True,
             error=None,
             duration_ms=self.duration_ms,
-            task_results=list(self.budget.trace),
+            task_results=list(self.task_results),
             created_at=utc_now(),
+            workflow_id=self.workflow_id,
         )
 
     def draft(self, name: str | None, routing: Routing | None) -> CapabilityDraft:
@@ -76,12 +81,18 @@ class CaptureService:
         self._recorder = recorder
 
     async def capture(
-        self, report: RunReport, name: str | None, routing: Routing | None
+        self,
+        report: RunReport,
+        name: str | None,
+        routing: Routing | None,
+        *,
+        record_trace: bool = True,
     ) -> tuple[CapabilityRecord | CodeOwner, bool]:
         """Create the capability, or count a use of the one with the same code.
 
         Reusing a capability costs one read: its usage and the trace are queued (batched
-        writes). Creating one (or naming one) is written before the answer.
+        writes). Creating one (or naming one) is written before the answer. With
+        ``record_trace=False`` the caller writes the trace row itself.
         """
         scope, code_hash = report.scope, report.analysis.code_hash
         existing = await self._registry.find_by_code(scope, code_hash)
@@ -89,19 +100,26 @@ class CaptureService:
             name is None or existing.named or name == existing.display_name
         ):
             self._recorder.count(existing.fqdn, success=True, latency_ms=report.duration_ms)
-            self._recorder.trace(report.trace_row(existing.fqdn))
+            if record_trace:
+                self._recorder.trace(report.trace_row(existing.fqdn))
             return existing, False
         result = await self._registry.capture(
             scope, report.draft(name, routing), latency_ms=report.duration_ms
         )
-        self._recorder.trace(report.trace_row(result.record.fqdn))
+        if record_trace:
+            self._recorder.trace(report.trace_row(result.record.fqdn))
         return result.record, result.created
 
     async def new_version(
-        self, report: RunReport, name: str, routing: Routing | None
+        self, report: RunReport, name: str, routing: Routing | None, *, record_trace: bool = True
     ) -> CapabilityRecord:
         """``update: true``: the run's code becomes the next version of ``name``."""
         record = await self._registry.update_code(report.scope, name, report.draft(None, routing))
         self._recorder.count(record.fqdn, success=True, latency_ms=report.duration_ms)
-        self._recorder.trace(report.trace_row(record.fqdn))
+        if record_trace:
+            self._recorder.trace(report.trace_row(record.fqdn))
         return record
+
+    def count_use(self, fqdn: str, *, success: bool, latency_ms: float) -> None:
+        """A run of an existing capability (by name, on a client) counts for it."""
+        self._recorder.count(fqdn, success=success, latency_ms=latency_ms)

@@ -226,3 +226,16 @@ class CleanupHook:
         purged = {name: await purge() for name, purge in self._purges.items()}
         if any(purged.values()) and self._policy is not None and run.request is not None:
             self._policy.emit(run.request, "POSTHOOK_CLEANUP", {"purged": purged})
+
+
+def standard_hooks(
+    capture: CaptureService,
+    recorder: UsageRecorder,
+    policy: PolicyEnforcer | None,
+    extra: Sequence[PostHook] = (),
+) -> PostHooks:
+    """Capture, usage, audit (with a policy pipeline), then ``extra``, in that order."""
+    standard: list[PostHook] = [CaptureHook(capture, policy), UsageHook(recorder, policy)]
+    if policy is not None:
+        standard.append(AuditHook(policy))
+    return PostHooks([*standard, *extra], policy=policy)

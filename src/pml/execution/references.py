@@ -9,6 +9,12 @@ also reachable with ``-``/``.`` written as ``_`` when that is unambiguous on the
 ``mcp.<namespace>.<action>`` a named capability (its tool name ``mcp__ns__action``);
 ``mcp["<fqdn or name>"]`` a capability. Anything else is ``UNKNOWN_TOOL``, all of them
 listed at once with close matches.
+
+A server a PML client runs on the user's machine (``ClientCaller.servers``) is planned as a
+client tool (``on_client``) when the gateway does not run it as a cloud server: the client
+checks its tools when it runs the code. A server that ``[routing] local`` names and the
+gateway does not run can only be reached through a PML client: any other caller gets
+``CLIENT_TOOLS_REQUIRE_CLIENT`` saying how to connect.
 """
 
 from __future__ import annotations
@@ -16,11 +22,15 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Literal
 
 from pml.analysis.snippet import CallSite
-from pml.errors import NotFound, UnknownTool
+from pml.errors import ClientToolsRequireClient, NotFound, UnknownTool
+from pml.execution.clients import HOW_TO_CONNECT, ClientCaller
 from pml.registry.fqdn import is_fqdn
+from pml.registry.models import RoutingRules
+from pml.registry.routing import server_routing
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityRegistry
 from pml.upstream.base import UpstreamPool
@@ -30,12 +40,14 @@ MAX_SUGGESTIONS = 3
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """An upstream tool (``server``, ``tool``) or a capability (``fqdn``)."""
+    """An upstream tool (``server``, ``tool``) or a capability (``fqdn``); ``on_client``: a
+    tool of a server the calling PML client runs."""
 
     kind: Literal["tool", "capability"]
     server: str = ""
     tool: str = ""
     fqdn: str = ""
+    on_client: bool = False
 
     @property
     def address(self) -> str:
@@ -58,6 +70,11 @@ class Plan:
             if target.kind == "capability" and key[0]
         }
 
+    @property
+    def client_tools(self) -> list[str]:
+        """``server:tool`` of every tool the calling PML client must run."""
+        return [target.address for target in self.targets.values() if target.on_client]
+
 
 def tool_name_on(server_tools: Sequence[str], name: str) -> str | None:
     """``name`` as the server spells it: exact, or with ``_`` for ``-``/``.`` if unambiguous."""
@@ -77,9 +94,13 @@ async def plan_references(
     scope: Scope,
     registry: CapabilityRegistry,
     pool: UpstreamPool,
+    client: ClientCaller | None = None,
+    routing: RoutingRules | None = None,
 ) -> Plan:
     """Resolve every call site (``UnknownTool`` listing all the unknown ones)."""
+    rules = routing or RoutingRules()
     servers = {status.name for status in pool.status() if status.state != "disabled"}
+    on_client = _client_servers(client, servers, rules)
     catalog: dict[str, list[str]] = {}
     for upstream in await pool.list_tools():
         catalog.setdefault(upstream.server, []).append(upstream.name)
@@ -89,14 +110,64 @@ async def plan_references(
         key = (site.namespace, site.name)
         if key in targets:
             continue
+        if site.namespace in on_client:
+            targets[key] = Target("tool", server=site.namespace, tool=site.name, on_client=True)
+            continue
         target, problem = await _resolve(site, servers, catalog, scope, registry)
         if target is not None:
             targets[key] = target
         elif problem not in unknown:
             unknown.append(problem)
     if unknown:
+        _require_client(unknown, calls, servers, client, rules)
         raise UnknownTool(f"Unknown tools: {'; '.join(unknown)}", unknown=unknown)
     return Plan(targets)
+
+
+def _client_servers(
+    client: ClientCaller | None, servers: set[str], rules: RoutingRules
+) -> frozenset[str]:
+    """The client's servers it runs for this call: all but those the gateway runs as cloud."""
+    if client is None:
+        return frozenset()
+    return frozenset(
+        name
+        for name in client.servers
+        if name not in servers or server_routing(name, rules.cloud, rules.local) == "local"
+    )
+
+
+def _require_client(
+    unknown: list[str],
+    calls: Sequence[CallSite],
+    servers: set[str],
+    client: ClientCaller | None,
+    rules: RoutingRules,
+) -> None:
+    """``CLIENT_TOOLS_REQUIRE_CLIENT`` when an unknown reference names a server that
+    ``[routing] local`` keeps on the users' machines."""
+    wanted = sorted(
+        {
+            site.namespace
+            for site in calls
+            if site.namespace
+            and site.namespace not in servers
+            and any(fnmatchcase(site.namespace, pattern) for pattern in rules.local)
+        }
+    )
+    if not wanted:
+        return
+    names = ", ".join(wanted)
+    if client is None:
+        raise ClientToolsRequireClient(
+            f"This code uses {names}, which run on the user's machine: {HOW_TO_CONNECT}",
+            servers=wanted,
+        )
+    raise ClientToolsRequireClient(
+        f"This code uses {names}, which run on the user's machine, but this pml connect "
+        f"runs no server of that name: add it to the pml.toml of pml connect",
+        servers=wanted,
+    )
 
 
 async def _resolve(

@@ -28,25 +28,21 @@ from pml.config import SandboxSettings
 from pml.discovery.base import Discoverer
 from pml.errors import (
     ApprovalRequired,
-    ExecutionFailed,
+    ClientToolsRequireClient,
     InvalidInput,
     NotAvailable,
     NotFound,
     PermissionDenied,
     PmlError,
+    UnknownTool,
 )
-from pml.execution.answers import cached_analysis, stored_request, success_answer
+from pml.execution import answers
 from pml.execution.approvals import ApprovalFlow
 from pml.execution.caller import Budget, RunCaller
 from pml.execution.capture import CaptureService, RunReport
-from pml.execution.hooks import (
-    AuditHook,
-    CaptureHook,
-    FinishedRun,
-    PostHook,
-    PostHooks,
-    UsageHook,
-)
+from pml.execution.clients import HOW_TO_CONNECT, ClientCaller, current_client
+from pml.execution.handoff import ClientHandoff
+from pml.execution.hooks import FinishedRun, PostHook, standard_hooks
 from pml.execution.journal import Journal
 from pml.execution.recorder import UsageRecorder
 from pml.execution.references import Plan, plan_references, upstream_tools
@@ -82,8 +78,10 @@ class ExecuteService:
         policy: PolicyEnforcer | None = None,
         approvals: ApprovalFlow | None = None,
         hooks: Sequence[PostHook] = (),
+        handoff: ClientHandoff | None = None,
     ) -> None:
         self._registry = registry
+        self._handoff = handoff
         self._discovery = discovery
         self._pool = pool
         self._engine = engine
@@ -92,11 +90,7 @@ class ExecuteService:
         self._recorder = recorder
         self._policy = policy
         self._approvals = approvals
-        capture = CaptureService(registry, recorder)
-        standard: list[PostHook] = [CaptureHook(capture, policy), UsageHook(recorder, policy)]
-        if policy is not None:
-            standard.append(AuditHook(policy))
-        self._hooks = PostHooks([*standard, *hooks], policy=policy)
+        self._hooks = standard_hooks(CaptureService(registry, recorder), recorder, policy, hooks)
 
     async def flush(self) -> None:
         """Write the queued usage counts and traces now."""
@@ -110,7 +104,8 @@ class ExecuteService:
             found = await suggestions(params.intent, scope=scope, discovery=self._discovery)
             return {"status": "suggestions", "suggestions": found}
         request = await self._begin(scope, params.intent, "pml_execute")
-        resume = {"mode": "execute", "intent": params.intent, "params": stored_request(params)}
+        stored = answers.stored_request(params)
+        resume = {"mode": "execute", "intent": params.intent, "params": stored}
         return await self._dispatch(scope, params, request, Journal(), resume)
 
     async def run_capability(self, scope: Scope, ref: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -141,7 +136,7 @@ class ExecuteService:
         if params.code is not None:
             return await self._direct(scope, params, params.code, request, journal, resume)
         assert params.capability is not None
-        limits = self._limits_for(params)
+        limits = answers.limits_for(self._limits, params)
         return await self._by_name(
             scope, params.capability, params.args or {}, limits, request, journal, resume
         )
@@ -211,9 +206,9 @@ class ExecuteService:
         resume: dict[str, Any],
     ) -> dict[str, Any]:
         started = time.perf_counter()
-        limits = self._limits_for(params)
+        limits = answers.limits_for(self._limits, params)
         try:
-            analysis = cached_analysis(code, limits.max_code_bytes)
+            analysis = answers.cached_analysis(code, limits.max_code_bytes)
             if params.update:
                 if params.name is None:
                     raise InvalidInput(
@@ -222,13 +217,13 @@ class ExecuteService:
                 await self._registry.resolve(scope, params.name)  # NOT_FOUND before running
             elif params.name is not None:
                 await naming.check_name_before_run(self._db, scope, params.name, analysis.code_hash)
-            plan = await plan_references(
-                analysis.calls, scope=scope, registry=self._registry, pool=self._pool
-            )
+            plan = await self._plan(scope, analysis, client=current_client())
             await self._check_static(scope, request, plan, [])
         except PmlError as error:
             self._refused_before_run(request, error)
             raise
+        if plan.client_tools and self._handoff is not None:
+            return await self._handoff.direct(scope, params, analysis, plan, request)
         budget = Budget.start(limits, request=request, journal=journal)
         finished = FinishedRun(scope, request, budget, 0.0, name=params.name)
         try:
@@ -244,22 +239,16 @@ class ExecuteService:
             intent=params.intent,
             analysis=analysis,
             plan=plan,
-            budget=budget,
+            called=tuple(budget.tools_used),
+            task_results=budget.trace,
             duration_ms=(time.perf_counter() - started) * 1000,
         )
         finished.routing, finished.update = params.routing, params.update
         elapsed_ms = await self._finish(finished, started, None)
         record = finished.captured
         assert record is not None
-        return success_answer(
-            outcome,
-            budget,
-            record.id,
-            record.display_name,
-            record.fqdn,
-            created=finished.created,
-            routing=record.routing,
-            elapsed_ms=elapsed_ms,
+        return answers.success_answer(
+            outcome, budget, record, created=finished.created, routing=record.routing, ms=elapsed_ms
         )
 
     def _refused_before_run(self, request: RequestPolicy | None, error: PmlError) -> None:
@@ -299,6 +288,12 @@ class ExecuteService:
         ):
             raise NotFound(f"Capability not found: {message_value(name)}")
         await self._check_static(scope, request, None, resolved.version.tools_used)
+        client = current_client()
+        if client is not None and self._handoff is not None and resolved.version.code:
+            plan = await self._stored_plan(scope, resolved, client)
+            handed = await self._handoff.capability(scope, resolved, args, plan, request)
+            if handed is not None:
+                return handed
         budget = Budget.start(limits, request=request, journal=journal)
         finished = FinishedRun(scope, request, budget, 0.0)
         try:
@@ -312,16 +307,9 @@ class ExecuteService:
             raise
         finished.capability_fqdn = resolved.record.fqdn
         elapsed_ms = await self._finish(finished, started, None)
-        record = resolved.record
-        answer = success_answer(
-            outcome,
-            budget,
-            record.id,
-            record.display_name,
-            record.fqdn,
-            created=False,
-            routing=resolved.version.routing,
-            elapsed_ms=elapsed_ms,
+        routing = resolved.version.routing
+        answer = answers.success_answer(
+            outcome, budget, resolved.record, created=False, routing=routing, ms=elapsed_ms
         )
         if resolved.deprecated_alias is not None:
             answer["deprecatedAlias"] = resolved.deprecated_alias
@@ -359,17 +347,33 @@ class ExecuteService:
         schema = version.parameters_schema
         args = merged_args(schema, given)
         check_args(schema, args, capability=record.display_name)
-        analysis = self._storedcached_analysis(version.code, record.fqdn)
-        plan = await plan_references(
-            analysis.calls, scope=scope, registry=self._registry, pool=self._pool
-        )
+        plan = await self._stored_plan(scope, resolved, None)
         return await self._run(scope, version.code, args, plan, budget, chain)
 
-    def _storedcached_analysis(self, code: str, fqdn: str) -> SnippetAnalysis:
+    async def _plan(
+        self, scope: Scope, analysis: SnippetAnalysis, *, client: ClientCaller | None
+    ) -> Plan:
+        return await plan_references(
+            analysis.calls,
+            scope=scope,
+            registry=self._registry,
+            pool=self._pool,
+            client=client if self._handoff is not None else None,
+            routing=self._handoff.routing if self._handoff is not None else None,
+        )
+
+    async def _stored_plan(
+        self, scope: Scope, resolved: Resolved, client: ClientCaller | None
+    ) -> Plan:
+        code, fqdn = resolved.version.code or "", resolved.record.fqdn
+        analysis = answers.stored_analysis(code, fqdn, self._limits.max_code_bytes)
         try:
-            return cached_analysis(code, max(self._limits.max_code_bytes, len(code.encode())))
-        except PmlError as error:
-            raise ExecutionFailed(f"Stored code of {fqdn} cannot run: {error.message}") from None
+            return await self._plan(scope, analysis, client=client)
+        except UnknownTool as error:  # learned from a client's run: say where it can run
+            if client is None and self._handoff is not None and resolved.version.routing == "local":
+                where = f"{resolved.record.display_name} runs on the user's machine"
+                raise ClientToolsRequireClient(f"{where}: {HOW_TO_CONNECT}", **error.data) from None
+            raise
 
     async def _run(
         self,
@@ -389,10 +393,3 @@ class ExecuteService:
             plan, budget, pool=self._pool, nested=nested, chain=chain, policy=self._policy
         )
         return await self._engine.run(code, args=args, caller=caller, limits=budget.limits())
-
-    def _limits_for(self, params: ExecuteParams) -> SandboxSettings:
-        options = params.options
-        if options is None or options.timeout_ms is None:
-            return self._limits
-        wall = min(self._limits.wall_time_s, options.timeout_ms / 1000)
-        return self._limits.model_copy(update={"wall_time_s": wall})

@@ -1,5 +1,7 @@
 """The gateway over streamable HTTP: ``/mcp`` (both protocol generations), ``GET /health``,
-``GET /api/audit`` (``pml.gateway.audit_api``).
+``GET /api/audit`` (``pml.gateway.audit_api``), ``GET /api/capabilities`` and
+``GET /api/capabilities/{fqdn}`` (``pml.gateway.capabilities_api``), ``POST /api/traces``
+(``pml.gateway.traces_api``).
 
     async with open_gateway(settings) as gateway:
         app = create_app(gateway)            # Starlette; API keys checked on every request
@@ -41,7 +43,9 @@ from pml import __version__
 from pml.config import Settings
 from pml.gateway.approvals_api import approvals_route
 from pml.gateway.audit_api import audit_route
+from pml.gateway.capabilities_api import capabilities_routes
 from pml.gateway.server import SCOPE_STATE_KEY, Gateway, open_gateway
+from pml.gateway.traces_api import traces_route
 from pml.registry.scope import Scope
 from pml.upstream.base import UpstreamPool
 
@@ -159,6 +163,8 @@ def create_app(
         Route("/health", health, methods=["GET"]),
         audit_route(gateway.db),
         approvals_route(gateway.executor, SCOPE_STATE_KEY),
+        *capabilities_routes(gateway.registry),
+        traces_route(gateway.traces, SCOPE_STATE_KEY),
     ]
     app = gateway.server.streamable_http_app(host=host, custom_starlette_routes=routes)
     app.add_middleware(ApiKeyMiddleware, authenticate=authenticate)

@@ -16,10 +16,10 @@ import asyncio
 import logging
 import signal
 import threading
-from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import mcp_types
@@ -31,6 +31,7 @@ from mcp.shared.exceptions import MCPError
 from pml import __version__
 from pml.config import Settings
 from pml.errors import InvalidInput, PmlError, Unauthorized
+from pml.execution.clients import ClientCaller, calling_as, client_from_headers
 from pml.gateway.capability_tools import CapabilityToolCatalog
 from pml.gateway.fast_lane import ToolCallLane
 from pml.gateway.handlers import service_handlers
@@ -59,6 +60,7 @@ from pml.wiring import routing_rules, scope_of
 if TYPE_CHECKING:
     from pml.curation.service import CurationService
     from pml.discovery.service import DiscoveryService
+    from pml.execution.trace_ingest import TraceIngest
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +105,14 @@ def caller_scope(ctx: Context, default_scope: Scope) -> Scope:
     raise Unauthorized("This request carries no authenticated scope")
 
 
+def caller_client(ctx: Context) -> ClientCaller | None:
+    """The PML client (``pml connect``) the request's headers announce, if any."""
+    headers: object = getattr(ctx.request, "headers", None)
+    if not isinstance(headers, Mapping):
+        return None
+    return client_from_headers(cast(Mapping[str, str], headers))
+
+
 def build_server(
     tools: GatewayTools, *, default_scope: Scope, notifier: ToolListNotifier | None = None
 ) -> GatewayServer:
@@ -136,7 +146,8 @@ def build_server(
         except PmlError as error:
             return error_result(error)
         notifier.track(ctx, scope)
-        return await tools.call_tool(scope, params.name, params.arguments)
+        with calling_as(caller_client(ctx)):
+            return await tools.call_tool(scope, params.name, params.arguments)
 
     server = GatewayServer(
         "pml",
@@ -170,6 +181,7 @@ class Gateway:
     discovery: DiscoveryService
     curation: CurationService
     policy: PolicyServices
+    traces: TraceIngest
 
     async def notify_tools_changed(self) -> None:
         """Tell connected clients to list tools again (e.g. after a capability rename)."""
@@ -201,6 +213,7 @@ async def open_gateway(
                 open_executor(settings, db, registry, upstream, discovery, policy) as (
                     executor,
                     recorder,
+                    traces,
                 ),
             ):
                 discovery.policy = policy.enforcer
@@ -242,6 +255,7 @@ async def open_gateway(
                         discovery,
                         curation,
                         policy,
+                        traces,
                     )
         finally:
             # Not inside a cancel scope of ours: a pool may close task groups it opened in

@@ -3,7 +3,7 @@ other short commands do not pay for the sandbox, the model or the MCP SDK).
 
     pool = default_pool(settings, db)
     discovery = open_discovery(settings, db, pool)
-    async with open_executor(settings, db, registry, pool, discovery) as (executor, usage):
+    async with open_executor(settings, db, registry, pool, discovery) as (executor, usage, _):
         ...
 """
 
@@ -32,6 +32,7 @@ from pml.wiring import routing_rules
 if TYPE_CHECKING:
     from pml.curation.service import CurationService
     from pml.discovery.service import DiscoveryService
+    from pml.execution.trace_ingest import TraceIngest
     from pml.gateway.policy_services import PolicyServices
 
 logger = logging.getLogger(__name__)
@@ -80,12 +81,16 @@ async def open_executor(
     pool: UpstreamPool,
     discovery: Discoverer,
     policy: PolicyServices | None = None,
-) -> AsyncGenerator[tuple[Executor, UsageSink]]:
-    """``pml_execute``'s service on the sandbox engine, and the usage recorder it writes with
-    (imported lazily; on exit the engine stops and everything recorded is written)."""
+) -> AsyncGenerator[tuple[Executor, UsageSink, TraceIngest]]:
+    """``pml_execute``'s service on the sandbox engine, the usage recorder it writes with,
+    and the ingest of client traces sharing its capture service (imported lazily; on exit
+    the engine stops and everything recorded is written)."""
+    from pml.execution.capture import CaptureService
+    from pml.execution.handoff import ClientHandoff
     from pml.execution.hooks import CleanupHook
     from pml.execution.recorder import UsageRecorder
     from pml.execution.service import ExecuteService
+    from pml.execution.trace_ingest import TraceIngest
     from pml.sandbox.monty import MontyEngine
 
     engine = MontyEngine()
@@ -102,8 +107,18 @@ async def open_executor(
                 policy=policy.enforcer if policy is not None else None,
                 approvals=policy.approvals if policy is not None else None,
                 hooks=[CleanupHook(policy.purges, policy.enforcer)] if policy is not None else (),
+                handoff=None
+                if policy is None
+                else ClientHandoff(
+                    policy.workflows,
+                    ttl_s=settings.routing.workflow_ttl_s,
+                    routing=routing_rules(settings),
+                    policy=policy.enforcer,
+                ),
             )
-            yield service, recorder
+            audit = policy.audit if policy is not None else None
+            traces = TraceIngest(db, CaptureService(registry, recorder), auditor=audit)
+            yield service, recorder, traces
     finally:
         with anyio.CancelScope(shield=True):
             await engine.aclose()

@@ -294,8 +294,8 @@ class GatewayTools:
         if arguments is not None and not isinstance(arguments, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise InvalidInput("arguments must be an object", field="arguments")
         answer = await self._executor.run_capability(scope, ref, dict(arguments or {}))
-        if answer.get("status") == "approval_required":  # paused: resume with pml_execute
-            return json_result(answer)
+        if answer.get("status") in ("approval_required", "execute_locally"):
+            return json_result(answer)  # paused (resume with pml_execute), or for the client
         return capability_result(answer)
 
     async def _execute(

@@ -90,7 +90,7 @@ class WorkflowStateStore:
         """The live state of ``scope``'s workflow, or None."""
         async with self._db.read() as conn:
             row = (await conn.execute(self._select(workflow_id, kind, scope))).first()
-        return None if row is None else _decoded(row.state)
+        return None if row is None else decoded_state(row.state)
 
     async def take(self, workflow_id: str, *, kind: str, scope: Scope) -> dict[str, Any] | None:
         """The live state, deleted in the same transaction: two callers never both get it."""
@@ -106,7 +106,7 @@ class WorkflowStateStore:
             )
             if deleted.rowcount != 1:
                 return None
-        return _decoded(row.state)
+        return decoded_state(row.state)
 
     async def delete(self, workflow_id: str, *, scope: Scope) -> bool:
         """Delete ``scope``'s workflow state; whether there was one."""
@@ -141,7 +141,7 @@ class WorkflowStateStore:
         )
 
 
-def _decoded(stored: object) -> dict[str, Any] | None:
+def decoded_state(stored: object) -> dict[str, Any] | None:
     """The state ``put`` stored (None for a row that is not one of its encodings)."""
     if not isinstance(stored, dict):
         return None
