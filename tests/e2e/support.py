@@ -497,10 +497,13 @@ def stop_process_tree(process: subprocess.Popen[bytes]) -> list[int]:
 
 
 @contextmanager
-def pml_http(config: Path, log: Path, *, extra_args: Sequence[str] = ()) -> Iterator[HttpGateway]:
-    """Start ``pml serve --http`` on a free loopback port; stop its whole tree on exit."""
-    port = free_port()
-    with log.open("wb") as out:
+def pml_http(
+    config: Path, log: Path, *, extra_args: Sequence[str] = (), port: int | None = None
+) -> Iterator[HttpGateway]:
+    """Start ``pml serve --http`` on a loopback port (a free one unless ``port`` is given);
+    stop its whole tree on exit."""
+    port = port if port is not None else free_port()
+    with log.open("ab") as out:
         process = subprocess.Popen(
             [
                 str(PML),
@@ -532,10 +535,16 @@ def pml_http(config: Path, log: Path, *, extra_args: Sequence[str] = ()) -> Iter
 
 @asynccontextmanager
 async def http_client(
-    url: str, key: str | None, *, mode: str = "auto", message_handler: Any = None
+    url: str,
+    key: str | None,
+    *,
+    mode: str = "auto",
+    message_handler: Any = None,
+    extra_headers: Mapping[str, str] | None = None,
 ) -> AsyncGenerator[Client]:
     """The SDK client over streamable HTTP, sending ``Authorization: Bearer KEY``."""
     headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+    headers.update(extra_headers or {})
     timeout = httpx2.Timeout(30.0, read=120.0)
     async with (
         httpx2.AsyncClient(headers=headers, timeout=timeout) as http,

@@ -10,7 +10,10 @@ When the gateway answers ``execute_locally`` (the code uses servers this machine
 code runs here, in the local sandbox against the local servers, through this machine's
 enforcement point; the agent gets the result at once and the run's trace goes to the trace
 syncer (durable queue, sent in the background), from which the gateway learns the
-capability. Until the gateway has been reached once, the fixed tools are listed; when it
+capability. While the gateway cannot be reached, a ``pml_execute`` whose code only uses this
+machine's servers still runs here (``"offline": true``); its trace carries the code, intent
+and requested name, and the gateway checks and learns it when the trace arrives. Until the
+gateway has been reached once, the fixed tools are listed; when it
 changes its list (a capability named, renamed), the agent is told (``list_changed``).
 """
 
@@ -18,16 +21,18 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol, cast
 
 import mcp_types
 
 from pml.client.runner import LocalRun, LocalRunner
-from pml.errors import InternalError, PmlError
+from pml.errors import InternalError, PmlError, UnknownTool, UpstreamUnavailable
 from pml.gateway.results import capability_result, error_result, json_result
-from pml.gateway.schemas import STATIC_TOOLS
+from pml.gateway.schemas import STATIC_TOOLS, ExecuteParams
 from pml.registry.names import CAPABILITY_TOOL_PREFIX
+from pml.registry.tools import parse_params
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +105,10 @@ class ConnectTools:
         """Forward one call; run handed-back code here. Never raises."""
         try:
             result = await self._remote.call_tool(name, dict(arguments or {}))
+        except UpstreamUnavailable as error:
+            if name == "pml_execute":
+                return await self._offline(arguments, error)
+            return _failure(name, error)
         except PmlError as error:
             return _failure(name, error)
         except Exception:
@@ -116,9 +125,45 @@ class ConnectTools:
             return _capability_answer(run, handoff)
         return json_result(run.answer(), is_error=not run.success)
 
-    def _enqueue(self, run: LocalRun) -> None:
+    async def _offline(
+        self, arguments: Mapping[str, Any] | None, unreachable: UpstreamUnavailable
+    ) -> mcp_types.CallToolResult:
+        """The gateway is unreachable: code that only uses this machine's servers runs here
+        anyway; its trace carries the code, and the gateway learns from it when back."""
         try:
-            self._traces.enqueue(run.trace())
+            params = parse_params(ExecuteParams, arguments)
+        except PmlError as error:
+            return _failure("pml_execute", error)
+        if params.code is None or params.update or params.continue_workflow is not None:
+            return _failure("pml_execute", unreachable)
+        handoff: dict[str, Any] = {
+            "workflowId": f"wf_c_{uuid.uuid4().hex}",
+            "code": params.code,
+            "args": params.args or {},
+            "intent": params.intent,
+        }
+        if params.options is not None and params.options.timeout_ms is not None:
+            handoff["timeoutMs"] = params.options.timeout_ms
+        run = await self._runner.run(handoff)
+        if isinstance(run.error, UnknownTool):  # it needs the gateway's servers
+            message = f"{unreachable.message}; this code needs tools this machine does not run"
+            return _failure("pml_execute", UpstreamUnavailable(message, **unreachable.data))
+        offline = {"code": params.code, "intent": params.intent}
+        if params.name is not None:
+            offline["name"] = params.name
+        if params.routing is not None:
+            offline["routing"] = params.routing
+        self._enqueue(run, offline=offline)
+        answer = run.answer()
+        answer["offline"] = True
+        return json_result(answer, is_error=not run.success)
+
+    def _enqueue(self, run: LocalRun, *, offline: dict[str, Any] | None = None) -> None:
+        trace = run.trace()
+        if offline is not None:
+            trace["offline"] = offline
+        try:
+            self._traces.enqueue(trace)
         except Exception:  # the agent's answer never depends on the syncer
             logger.exception("trace of %s not queued", run.workflow_id)
 

@@ -76,6 +76,7 @@ class RemoteGateway:
         self._connected = anyio.Event()
         self._lost = anyio.Event()
         self._last_error = "not connected yet"
+        self._gave_up = False
 
     @property
     def connected(self) -> bool:
@@ -124,7 +125,9 @@ class RemoteGateway:
             raise self._unreachable(error) from None
 
     async def _session(self) -> Client:
-        if self._client is None and not await self.wait_connected():
+        # Only the very first connection is waited for: once the gateway has been found
+        # unreachable, calls fail at once until the background task reconnects.
+        if self._client is None and (self._gave_up or not await self.wait_connected()):
             raise UpstreamUnavailable(
                 f"The PML server at {self.url} is unreachable ({self._last_error})",
                 server="pml",
@@ -153,7 +156,7 @@ class RemoteGateway:
                         stderr=StderrTail("pml"),
                     )
                     await listen_for_tool_changes(stack, client)
-                    self._client = client
+                    self._client, self._gave_up = client, False
                     self._connected.set()
                     delay = RECONNECT_MIN_S
                     logger.info("connected to the PML server at %s", self.url)
@@ -161,6 +164,7 @@ class RemoteGateway:
                     await lost.wait()
             except Exception as error:  # noqa: BLE001 - unreachable or refused: try again later
                 self._last_error = str(error) or type(error).__name__
+                self._gave_up = True
                 log = logger.warning if delay == RECONNECT_MIN_S else logger.debug
                 log("cannot reach the PML server at %s: %s", self.url, self._last_error)
             if self._client is not None:

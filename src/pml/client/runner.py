@@ -117,7 +117,10 @@ class LocalRunner:
         self._policy = policy
 
     async def run(self, handoff: Mapping[str, Any]) -> LocalRun:
-        """Run the handed-over code; a failure is in ``LocalRun.error``, never raised."""
+        """Run the handed-over code; a failure is in ``LocalRun.error``, never raised.
+
+        Only this machine's servers can be called: a reference to anything else (another
+        server, a capability) is ``UNKNOWN_TOOL``."""
         started = time.perf_counter()
         workflow_id = str(handoff.get("workflowId") or "")
         budget: Budget | None = None

@@ -17,17 +17,25 @@ trace (``POST /api/traces``, ``pml.execution.trace_ingest``) ends the workflow.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+from pydantic import ValidationError
+
 from pml.analysis.snippet import SnippetAnalysis
-from pml.execution.references import Plan, Target
+from pml.errors import InvalidInput
+from pml.execution.answers import cached_analysis
+from pml.execution.clients import ClientCaller
+from pml.execution.references import Plan, Target, plan_references, upstream_tools
 from pml.execution.values import check_args, merged_args
 from pml.gateway.schemas import ExecuteParams
 from pml.policy.enforcer import PolicyEnforcer, RequestPolicy
 from pml.registry.models import Resolved, RoutingRules
 from pml.registry.scope import Scope
+from pml.registry.service import CapabilityRegistry
 from pml.storage.workflow_repo import WorkflowStateStore
+from pml.upstream.base import UpstreamPool
 
 CLIENT_RUN_KIND = "client_run"
 CONTEXT_VERSION = 1
@@ -218,3 +226,65 @@ class ClientHandoff:
             "routing": "local",
             "expiresAt": expires_at.isoformat(),
         }
+
+
+class OfflineContexts:
+    """Learning contexts for code a PML client ran while the gateway was unreachable.
+
+    The trace carries the code, intent, requested name and routing; the gateway checks them
+    exactly as it checks a ``pml_execute`` before handing code over (size, syntax, every
+    reference resolved with the client's servers, the policy's static check) and refuses
+    code that uses none of the client's servers (such code runs on the gateway)."""
+
+    def __init__(
+        self,
+        *,
+        registry: CapabilityRegistry,
+        pool: UpstreamPool,
+        routing: RoutingRules,
+        policy: PolicyEnforcer | None,
+        max_code_bytes: int,
+    ) -> None:
+        self._registry = registry
+        self._pool = pool
+        self._routing = routing
+        self._policy = policy
+        self._max_code_bytes = max_code_bytes
+
+    async def build(
+        self, scope: Scope, client: ClientCaller | None, offline: Mapping[str, Any]
+    ) -> LearningContext:
+        """The context of an offline run (a ``PmlError`` says why it cannot be learned)."""
+        try:
+            params = ExecuteParams.model_validate({**offline, "update": False})
+        except ValidationError as error:
+            problem = error.errors(include_url=False, include_input=False)[0]
+            where = ".".join(str(part) for part in problem["loc"])
+            raise InvalidInput(f"Invalid offline run: {where}: {problem['msg']}") from None
+        if params.code is None:
+            raise InvalidInput("Invalid offline run: no code", field="code")
+        analysis = cached_analysis(params.code, self._max_code_bytes)
+        plan = await plan_references(
+            analysis.calls,
+            scope=scope,
+            registry=self._registry,
+            pool=self._pool,
+            client=client,
+            routing=self._routing,
+        )
+        if not plan.client_tools:
+            raise InvalidInput("This code uses none of the client's servers: it runs here")
+        if self._policy is not None:
+            request = await self._policy.begin(scope, params.intent, source="trace")
+            tools = await upstream_tools(scope, self._registry, plan, [])
+            self._policy.check_static(request, tools)
+        return LearningContext(
+            mode="direct",
+            code=params.code,
+            intent=params.intent,
+            code_hash=analysis.code_hash,
+            targets=dict(plan.targets),
+            tools_used=[target.address for target in plan.targets.values()],
+            name=params.name,
+            routing=params.routing,
+        )

@@ -106,6 +106,7 @@ async def plan_references(
         catalog.setdefault(upstream.server, []).append(upstream.name)
     targets: dict[tuple[str, str], Target] = {}
     unknown: list[str] = []
+    unresolved: list[CallSite] = []
     for site in calls:
         key = (site.namespace, site.name)
         if key in targets:
@@ -116,10 +117,12 @@ async def plan_references(
         target, problem = await _resolve(site, servers, catalog, scope, registry)
         if target is not None:
             targets[key] = target
-        elif problem not in unknown:
+            continue
+        unresolved.append(site)
+        if problem not in unknown:
             unknown.append(problem)
     if unknown:
-        _require_client(unknown, calls, servers, client, rules)
+        _require_client(unresolved, servers, client, rules)
         raise UnknownTool(f"Unknown tools: {'; '.join(unknown)}", unknown=unknown)
     return Plan(targets)
 
@@ -138,18 +141,18 @@ def _client_servers(
 
 
 def _require_client(
-    unknown: list[str],
-    calls: Sequence[CallSite],
+    unresolved: Sequence[CallSite],
     servers: set[str],
     client: ClientCaller | None,
     rules: RoutingRules,
 ) -> None:
-    """``CLIENT_TOOLS_REQUIRE_CLIENT`` when an unknown reference names a server that
-    ``[routing] local`` keeps on the users' machines."""
+    """``CLIENT_TOOLS_REQUIRE_CLIENT`` when an unresolved reference names a server that
+    ``[routing] local`` keeps on the users' machines (one the calling client runs is
+    resolved: it is never the reason)."""
     wanted = sorted(
         {
             site.namespace
-            for site in calls
+            for site in unresolved
             if site.namespace
             and site.namespace not in servers
             and any(fnmatchcase(site.namespace, pattern) for pattern in rules.local)

@@ -11,7 +11,9 @@ For each trace of a batch (at most ``MAX_TRACES``), in one pass over the databas
   (nothing changes);
 - a workflow already reported (a trace row holds its id) or reported twice in the batch →
   ``duplicate`` (nothing new is created: the state was claimed once);
-- no live state (unknown, or past its expiry) → ``expired``, logged;
+- no live state (unknown, or past its expiry) → ``expired``, logged — unless the trace is
+  an *offline* run (the client ran code while the gateway was unreachable): its ``offline``
+  object (code, intent, name, routing) is checked as a hand-off would be and learned;
 - otherwise the state is claimed (deleted; only one request can claim it) and: a failed run
   is recorded and creates nothing (``failed``); a successful one goes to the same capture
   service as direct mode — capability created or reused under the key's scope (a
@@ -28,19 +30,30 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, cast
+from typing import Any
 
 import sqlalchemy as sa
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+from pydantic import ValidationError
 
 from pml.errors import InvalidInput, PmlError
 from pml.execution.answers import cached_analysis
 from pml.execution.capture import CaptureService, RunReport
-from pml.execution.handoff import CLIENT_RUN_KIND, LearningContext
+from pml.execution.clients import ClientCaller
+from pml.execution.handoff import CLIENT_RUN_KIND, LearningContext, OfflineContexts
+from pml.execution.trace_wire import (
+    MAX_ERROR_CHARS,
+    MAX_TRACES,
+    IncomingTrace,
+    answer,
+    first_problem,
+    task_results,
+)
 from pml.policy.model import Auditor
-from pml.policy.scrub import scrub, scrub_text
+from pml.policy.scrub import scrub_text
 from pml.registry.scope import Scope
 from pml.storage.database import Database
 from pml.storage.tables import execution_traces, workflow_state
@@ -50,39 +63,8 @@ from pml.storage.workflow_repo import decoded_state
 
 logger = logging.getLogger(__name__)
 
-MAX_TRACES = 100
-MAX_TASKS = 1000
-MAX_ERROR_CHARS = 4000
-STATUSES = ("captured", "duplicate", "expired", "failed", "rejected")
-Id = Annotated[str, Field(min_length=1, max_length=64)]
-Short = Annotated[str, Field(max_length=400)]
-
-
-class TaskResult(BaseModel):
-    """One tool call of the client's run (values are never sent, only their digest)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    tool: Short
-    argsDigest: Annotated[str, Field(max_length=128)] | None = None
-    durationMs: Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)] = 0.0
-    success: StrictBool = True
-    error: Annotated[str, Field(max_length=MAX_ERROR_CHARS)] | None = None
-
-
-class IncomingTrace(BaseModel):
-    """``{workflowId, success, error?, durationMs, taskResults}`` plus the client's ids."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    workflowId: Id
-    success: StrictBool
-    durationMs: Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)]
-    taskResults: Annotated[list[TaskResult], Field(max_length=MAX_TASKS)] = []
-    error: Annotated[str, Field(max_length=MAX_ERROR_CHARS * 4)] | None = None
-    traceId: Id | None = None
-    parentId: Id | None = None
-    timestamp: Annotated[str, Field(max_length=64)] | None = None
+OWNERS_TTL_S = 10.0
+MAX_OWNER_SCOPES = 1000
 
 
 class _State:
@@ -95,22 +77,50 @@ class _State:
         self.expires_at: datetime = row.expires_at
 
 
+@dataclass(slots=True)
+class _Batch:
+    """One request's traces: who sent them, the states claimed, the rows to write, and the
+    capabilities recently captured for that caller (by code hash: fqdn, display name)."""
+
+    scope: Scope
+    client: ClientCaller | None
+    claimed: dict[str, _State]
+    rows: list[TraceRow]
+    reused: dict[str, tuple[str, str]]
+
+
 class TraceIngest:
     """Turns client traces into capabilities through the capture service."""
 
     def __init__(
-        self, db: Database, capture: CaptureService, *, auditor: Auditor | None = None
+        self,
+        db: Database,
+        capture: CaptureService,
+        *,
+        auditor: Auditor | None = None,
+        offline: OfflineContexts | None = None,
     ) -> None:
         self._db = db
         self._capture = capture
         self._auditor = auditor
+        self._offline = offline
+        # The capability each recently captured code hash belongs to, per caller: a trace of
+        # code already learned costs no lookup (forgotten every OWNERS_TTL_S, or when full).
+        self._owners: dict[Scope, dict[str, tuple[str, str]]] = {}
+        self._owners_since = time.monotonic()
 
-    async def ingest(self, scope: Scope, items: Sequence[object]) -> list[dict[str, Any]]:
-        """One result per item, in order (``InvalidInput`` for more than ``MAX_TRACES``)."""
+    async def ingest(
+        self, scope: Scope, items: Sequence[object], client: ClientCaller | None = None
+    ) -> list[dict[str, Any]]:
+        """One result per item, in order (``InvalidInput`` for more than ``MAX_TRACES``).
+
+        ``client``: the PML client sending them (its servers are the ones an offline run
+        could use)."""
         if len(items) > MAX_TRACES:
             raise InvalidInput(
                 f"Too many traces: {len(items)} (max: {MAX_TRACES} per request)", field="traces"
             )
+        self._forget_owners()
         results: list[dict[str, Any] | None] = [None] * len(items)
         valid: dict[int, IncomingTrace] = {}
         seen: set[str] = set()
@@ -118,10 +128,10 @@ class TraceIngest:
             try:
                 trace = IncomingTrace.model_validate(raw)
             except ValidationError as error:
-                results[index] = _answer(raw, "rejected", message=_first_problem(error))
+                results[index] = answer(raw, "rejected", message=first_problem(error))
                 continue
             if trace.workflowId in seen:
-                results[index] = _answer(trace, "duplicate", message="Repeated in this batch")
+                results[index] = answer(trace, "duplicate", message="Repeated in this batch")
             else:
                 seen.add(trace.workflowId)
                 valid[index] = trace
@@ -134,27 +144,26 @@ class TraceIngest:
             if wid in reported:
                 ours = reported[wid] == owner
                 status = "duplicate" if ours else "rejected"
-                results[index] = _answer(trace, status, message=None if ours else _NOT_YOURS)
+                results[index] = answer(trace, status, message=None if ours else _NOT_YOURS)
+            elif state is None and trace.offline is not None and self._offline is not None:
+                continue  # learned from the code it carries, below
             elif state is None or (state.owner == owner and state.expires_at <= now):
                 logger.info("trace for an unknown or expired workflow %s", wid)
-                results[index] = _answer(trace, "expired", message=_EXPIRED)
+                results[index] = answer(trace, "expired", message=_EXPIRED)
             elif state.owner != owner:
-                results[index] = _answer(trace, "rejected", message=_NOT_YOURS)
+                results[index] = answer(trace, "rejected", message=_NOT_YOURS)
             elif state.kind != CLIENT_RUN_KIND:
-                results[index] = _answer(trace, "rejected", message="Not a client-routed workflow")
+                results[index] = answer(trace, "rejected", message="Not a client-routed workflow")
             else:
                 wanted.append(wid)
         claimed = await self._claim(scope, wanted)
         rows: list[TraceRow] = []
+        batch = _Batch(scope, client, claimed, rows, self._owners.setdefault(scope, {}))
         pending = [(i, t) for i, t in valid.items() if results[i] is None]
         processed = 0
         try:
             for index, trace in pending:
-                stored = claimed.get(trace.workflowId)
-                if stored is None:  # another request claimed it first
-                    results[index] = _answer(trace, "duplicate")
-                else:
-                    results[index] = await self._process(scope, trace, stored, rows)
+                results[index] = await self._one(batch, trace)
                 processed += 1
         except BaseException:
             left = {t.workflowId for _, t in pending[processed:]}
@@ -163,6 +172,11 @@ class TraceIngest:
         finally:
             await self._write(rows)
         return [result for result in results if result is not None]
+
+    def _forget_owners(self) -> None:
+        now = time.monotonic()
+        if now - self._owners_since > OWNERS_TTL_S or len(self._owners) > MAX_OWNER_SCOPES:
+            self._owners, self._owners_since = {}, now
 
     async def _lookup(
         self, ids: list[str]
@@ -220,14 +234,32 @@ class TraceIngest:
         async with self._db.transaction() as conn:
             return {row.workflow_id: _State(row) for row in await conn.execute(statement)}
 
+    async def _one(self, batch: _Batch, trace: IncomingTrace) -> dict[str, Any]:
+        """One trace whose workflow this request claimed (or an offline run)."""
+        scope = batch.scope
+        stored = batch.claimed.get(trace.workflowId)
+        if stored is not None:
+            context = LearningContext.from_state(decoded_state(stored.state) or {})
+            if context is None:
+                logger.warning("workflow %s holds no learning context", trace.workflowId)
+                return answer(trace, "rejected", message="The workflow holds no context")
+        elif trace.offline is not None and self._offline is not None:
+            try:
+                offline = trace.offline.model_dump(exclude_none=True)
+                context = await self._offline.build(scope, batch.client, offline)
+            except PmlError as error:
+                logger.warning("offline run %s not learned: %s", trace.workflowId, error.message)
+                return answer(trace, "rejected", message=error.message)
+        else:  # another request claimed it first
+            return answer(trace, "duplicate")
+        return await self._process(batch, trace, context)
+
     async def _process(
-        self, scope: Scope, trace: IncomingTrace, stored: _State, rows: list[TraceRow]
+        self, batch: _Batch, trace: IncomingTrace, context: LearningContext
     ) -> dict[str, Any]:
-        context = LearningContext.from_state(decoded_state(stored.state) or {})
-        if context is None:
-            logger.warning("workflow %s holds no learning context", trace.workflowId)
-            return _answer(trace, "rejected", message="The workflow holds no learning context")
-        tasks = _tasks(trace)
+        """Capture (or count) one successful run; record a failed one."""
+        scope, rows = batch.scope, batch.rows
+        tasks = task_results(trace)
         allowed = {target.address for target in context.targets.values()}
         called = tuple(dict.fromkeys(t["tool"] for t in tasks if t["tool"] in allowed))
         analysis = cached_analysis(context.code, max(1, len(context.code.encode())))
@@ -243,6 +275,13 @@ class TraceIngest:
         )
         if context.mode == "capability" or not trace.success:
             return self._counted(trace, report, context, rows)
+        known = batch.reused.get(analysis.code_hash)
+        if known is not None and context.name is None and not context.update:
+            # This batch already captured the same code: one more use, no second lookup.
+            self._capture.count_use(known[0], success=True, latency_ms=trace.durationMs)
+            rows.append(_row(report, known[0], trace))
+            return answer(trace, "captured", created=False, capabilityFqdn=known[0],
+                          capabilityName=known[1])  # fmt: skip
         try:
             routing = "cloud" if context.routing == "cloud" else None
             if context.update and context.name is not None:
@@ -257,8 +296,10 @@ class TraceIngest:
         except PmlError as error:  # e.g. the name was taken meanwhile: recorded, not learned
             rows.append(_row(report, None, trace))
             logger.warning("trace of %s not captured: %s", trace.workflowId, error.message)
-            return _answer(trace, "rejected", message=error.message)
+            return answer(trace, "rejected", message=error.message)
         rows.append(_row(report, record.fqdn, trace))
+        if context.name is None and not context.update:
+            batch.reused[analysis.code_hash] = (record.fqdn, record.display_name)
         if created and self._auditor is not None:
             details = {"capability": record.fqdn, "intent": context.intent, "source": "trace"}
             self._auditor.emit(
@@ -269,7 +310,7 @@ class TraceIngest:
                 request_id=trace.workflowId,
             )
         extra = {"capabilityFqdn": record.fqdn, "capabilityName": record.display_name}
-        return _answer(trace, "captured", created=created, **extra)
+        return answer(trace, "captured", created=created, **extra)
 
     def _counted(
         self,
@@ -284,8 +325,8 @@ class TraceIngest:
             self._capture.count_use(fqdn, success=trace.success, latency_ms=trace.durationMs)
         rows.append(_row(report, fqdn, trace))
         if not trace.success:
-            return _answer(trace, "failed")
-        return _answer(trace, "captured", created=False, capabilityFqdn=fqdn)
+            return answer(trace, "failed")
+        return answer(trace, "captured", created=False, capabilityFqdn=fqdn)
 
     async def _write(self, rows: list[TraceRow]) -> None:
         if rows:
@@ -318,33 +359,6 @@ class TraceIngest:
 
 _NOT_YOURS = "This workflow belongs to another caller"
 _EXPIRED = "Unknown or expired workflow: nothing was captured"
-
-
-def _answer(trace: object, status: str, **extra: Any) -> dict[str, Any]:
-    answer: dict[str, Any] = {"status": status}
-    if isinstance(trace, IncomingTrace):
-        answer = {"traceId": trace.traceId, "workflowId": trace.workflowId, **answer}
-    elif isinstance(trace, dict):
-        given = cast(dict[str, object], trace)
-        for key in ("traceId", "workflowId"):
-            value = given.get(key)
-            if isinstance(value, str) and len(value) <= 64:
-                answer[key] = scrub_text(value)
-    answer.update({k: v for k, v in extra.items() if v is not None})
-    return answer
-
-
-def _first_problem(error: ValidationError) -> str:
-    problem = error.errors(include_url=False, include_input=False)[0]
-    where = ".".join(str(part) for part in problem["loc"]) or "trace"
-    return f"Invalid trace: {where}: {problem['msg']}"
-
-
-def _tasks(trace: IncomingTrace) -> list[dict[str, Any]]:
-    """Each call as a trace row keeps it, scrubbed (NUL and surrogates made safe too)."""
-    tasks = [task.model_dump(exclude_none=True) for task in trace.taskResults]
-    kept = cast(list[object], scrub(tasks))
-    return [cast(dict[str, Any], task) for task in kept if isinstance(task, dict)]
 
 
 def _row(report: RunReport, fqdn: str | None, trace: IncomingTrace) -> TraceRow:

@@ -86,7 +86,7 @@ async def open_executor(
     and the ingest of client traces sharing its capture service (imported lazily; on exit
     the engine stops and everything recorded is written)."""
     from pml.execution.capture import CaptureService
-    from pml.execution.handoff import ClientHandoff
+    from pml.execution.handoff import ClientHandoff, OfflineContexts
     from pml.execution.hooks import CleanupHook
     from pml.execution.recorder import UsageRecorder
     from pml.execution.service import ExecuteService
@@ -116,8 +116,19 @@ async def open_executor(
                     policy=policy.enforcer,
                 ),
             )
-            audit = policy.audit if policy is not None else None
-            traces = TraceIngest(db, CaptureService(registry, recorder), auditor=audit)
+            offline = OfflineContexts(
+                registry=registry,
+                pool=pool,
+                routing=routing_rules(settings),
+                policy=policy.enforcer if policy is not None else None,
+                max_code_bytes=settings.sandbox.max_code_bytes,
+            )
+            traces = TraceIngest(
+                db,
+                CaptureService(registry, recorder),
+                auditor=policy.audit if policy is not None else None,
+                offline=offline,
+            )
             yield service, recorder, traces
     finally:
         with anyio.CancelScope(shield=True):

@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from pml.errors import InternalError, InvalidInput, PmlError, Unauthorized
+from pml.execution.clients import client_from_headers
 from pml.execution.trace_ingest import MAX_TRACES, TraceIngest
 from pml.registry.scope import Scope
 
@@ -88,7 +89,8 @@ def traces_route(ingest: TraceIngest, scope_key: str) -> Route:
             message = f"Too many traces: {len(traces)} (max: {MAX_TRACES} per request)"
             return _error(InvalidInput(message, field="traces"), 413)
         try:
-            results: list[dict[str, Any]] = await ingest.ingest(scope, traces)
+            client = client_from_headers(request.headers)
+            results: list[dict[str, Any]] = await ingest.ingest(scope, traces, client)
         except PmlError as error:
             logger.warning("traces refused: %s", error.message)
             return _error(error, 400 if isinstance(error, InvalidInput) else 500)

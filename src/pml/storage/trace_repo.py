@@ -7,7 +7,7 @@ async with db.transaction() as conn:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -36,6 +36,14 @@ class TraceRow:
     parent_id: str | None = None
 
 
+_FIELDS = tuple(field.name for field in fields(TraceRow))
+
+
+def _values(row: TraceRow) -> dict[str, Any]:
+    """The row's columns (not ``asdict``: its deep copy of task results costs ~0.1 ms)."""
+    return {name: getattr(row, name) for name in _FIELDS}
+
+
 class SqlTraceRepository:
     def __init__(self, conn: AsyncConnection) -> None:
         self.conn = conn
@@ -46,7 +54,7 @@ class SqlTraceRepository:
     async def insert_many(self, rows: list[TraceRow]) -> None:
         """One statement for a batch of runs."""
         if rows:
-            await self.conn.execute(sa.insert(execution_traces), [asdict(row) for row in rows])
+            await self.conn.execute(sa.insert(execution_traces), [_values(row) for row in rows])
 
     async def for_capability(self, fqdn: str) -> list[sa.RowMapping]:
         """The runs recorded for a capability, oldest first."""

@@ -1,0 +1,1 @@
+"""``pml connect``: the local runner's durable trace queue and the syncer that reports runs."""
