@@ -13,11 +13,14 @@ policy decision and permission checks are printed to stderr as they happen.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TextIO
+
+import anyio
 
 from pml.config import Settings, audit_file_path
 from pml.execution.approvals import ApprovalFlow
@@ -34,6 +37,9 @@ from pml.policy.version import policy_version
 from pml.storage.database import Database
 from pml.storage.workflow_repo import WorkflowStateStore
 
+logger = logging.getLogger(__name__)
+
+PURGE_INTERVAL_S = 300.0
 # The events --debug-routing prints: the pipeline's decisions, not every tool call.
 DEBUG_EVENTS = frozenset(
     {
@@ -106,8 +112,41 @@ async def open_policy(
         "grants": grants.purge_expired,
         "workflows": workflows.purge_expired,
     }
-    async with audit.running():
+    async with audit.running(), _purging(purges, PURGE_INTERVAL_S):
         yield PolicyServices(enforcer, approvals, audit, grants, workflows, purges)
+
+
+@asynccontextmanager
+async def _purging(
+    purges: dict[str, Callable[[], Awaitable[int]]], interval_s: float
+) -> AsyncGenerator[None]:
+    """Expired grants and workflow states purged every ``interval_s`` in the background (a
+    gateway that only hands code to clients runs no post-hooks). An exception of the block
+    is raised as it is, not wrapped by the task group."""
+
+    async def purge_forever() -> None:
+        while True:
+            await anyio.sleep(interval_s)
+            for name, purge in purges.items():
+                try:
+                    purged = await purge()
+                except Exception:  # a failed clean-up is retried at the next interval
+                    logger.exception("purge of expired %s failed", name)
+                else:
+                    if purged:
+                        logger.info("purged %d expired %s", purged, name)
+
+    raised: BaseException | None = None
+    async with anyio.create_task_group() as group:
+        group.start_soon(purge_forever)
+        try:
+            yield
+        except BaseException as error:  # noqa: BLE001 - re-raised below, unwrapped
+            raised = error
+        finally:
+            group.cancel_scope.cancel()
+    if raised is not None:
+        raise raised
 
 
 def _debug_printer(stream: TextIO) -> Callable[[dict[str, Any]], None]:
