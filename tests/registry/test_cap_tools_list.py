@@ -214,6 +214,11 @@ async def test_listed_items_never_include_the_code(
         ({"order": "up"}, "order"),
         ({"visibility": "everyone"}, "visibility"),
         ({"pattern": 3}, "pattern"),
+        ({"pattern": "fs:\x00*"}, "pattern"),  # NUL: PostgreSQL would refuse the query
+        ({"pattern": "x" * 1001}, "pattern"),
+        ({"tags": ["json\x00"]}, "tags"),
+        ({"tags": [f"t{i}" for i in range(65)]}, "tags"),
+        ({"created_by": "ana\nbob"}, "created_by"),
         ({"bogus": 1}, "bogus"),
         (["pattern", "fs:*"], "arguments"),
         ("pattern=fs:*", "arguments"),

@@ -28,6 +28,8 @@ from pml.registry.service import CapabilityRegistry, RenameChanges
 from pml.registry.versions import unified_diff
 
 Name = Annotated[str, Field(min_length=1, max_length=10_000)]
+# A filter value: no control characters (NUL would reach PostgreSQL, which refuses it).
+Filter = Annotated[str, Field(max_length=1_000, pattern=r"^[^\x00-\x1f\x7f]*$")]
 SUMMARY_OMITS = frozenset({"code"})
 
 
@@ -39,11 +41,11 @@ P = TypeVar("P", bound=BaseModel)
 
 
 class ListParams(_Params):
-    pattern: str | None = None
+    pattern: Filter | None = None
     named_only: bool = False
     unnamed_only: bool = False
-    tags: list[str] | None = None
-    created_by: str | None = None
+    tags: Annotated[list[Filter], Field(max_length=64)] | None = None
+    created_by: Filter | None = None
     visibility: Visibility | None = None
     sort_by: Literal["usage", "name", "created"] = "usage"
     order: Literal["asc", "desc"] | None = None
