@@ -231,6 +231,20 @@ def test_random_tokens_are_flagged_by_entropy_most_of_the_time() -> None:
     assert sum(looks_random(token) for token in tokens) >= 490
 
 
+def test_hex_ids_with_a_short_prefix_are_ids_not_secrets() -> None:
+    rng = random.Random(99)
+    ids = [
+        f"{prefix}{rng.getrandbits(128):032x}"
+        for prefix in ("wf_", "wf_c_", "req_", "trace_id_")
+        for _ in range(500)
+    ]
+    assert [value for value in ids if looks_random(value)] == []
+    # a base62 token keeps looking random whatever its prefix
+    alphabet = string.ascii_letters + string.digits
+    tokens = ["sk_live_" + "".join(rng.choice(alphabet) for _ in range(28)) for _ in range(100)]
+    assert sum(looks_random(token) for token in tokens) >= 95
+
+
 @pytest.mark.parametrize(
     ("keyword", "value"),
     [

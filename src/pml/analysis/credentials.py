@@ -140,8 +140,9 @@ _VALUE_PATTERNS = re.compile(
 _ASSIGNMENTS = re.compile(r"(?:^|[;&?\s])([A-Za-z][A-Za-z0-9_\-]*)=([^\s;&#]+)")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")  # zero-width: linear
 _NON_ALNUM = re.compile(r"[^a-z0-9]+")
+# Also with a short lowercase prefix (``wf_<hex>``, ``req_<uuid>``): ids, not secrets.
 _HEX_OR_UUID = re.compile(
-    r"[0-9a-fA-F]+|[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"
+    r"(?:[a-z]{1,8}_){0,3}(?:[0-9a-fA-F]+|[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})"
     r"|[+-]?0[xX][0-9a-fA-F]*(?:\.[0-9a-fA-F]*)?(?:[pP][+-]?[0-9]+)?"  # hex ints and floats
 )
 _PATH_SEPARATORS = re.compile(r"[/\\?&=#:;@]")

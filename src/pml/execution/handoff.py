@@ -61,6 +61,24 @@ class LearningContext:
     def plan(self) -> Plan:
         return Plan(dict(self.targets))
 
+    @classmethod
+    def of_request(
+        cls, params: ExecuteParams, analysis: SnippetAnalysis, plan: Plan
+    ) -> LearningContext:
+        """The context of a ``pml_execute`` with code (its success becomes a capability)."""
+        assert params.code is not None
+        return cls(
+            mode="direct",
+            code=params.code,
+            intent=params.intent,
+            code_hash=analysis.code_hash,
+            targets=dict(plan.targets),
+            tools_used=[target.address for target in plan.targets.values()],
+            name=params.name,
+            update=params.update,
+            routing=params.routing,
+        )
+
     def to_state(self) -> dict[str, Any]:
         targets = [
             [key[0], key[1], t.kind, t.server, t.tool, t.fqdn, t.on_client]
@@ -117,6 +135,19 @@ def _optional(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def require_one_side(plan: Plan) -> None:
+    """Code handed to a client may use the client's servers only: the client cannot call
+    the gateway's servers or capabilities from its sandbox (``INVALID_INPUT``)."""
+    others = [target.address for target in plan.targets.values() if not target.on_client]
+    if others:
+        mine = ", ".join(plan.client_tools)
+        raise InvalidInput(
+            f"This code uses tools of your machine ({mine}) and of the PML server "
+            f"({', '.join(others)}): run them in separate snippets",
+            field="code",
+        )
+
+
 def new_workflow_id() -> str:
     return f"wf_{uuid.uuid4().hex}"
 
@@ -146,18 +177,7 @@ class ClientHandoff:
         request: RequestPolicy | None,
     ) -> dict[str, Any]:
         """Hand a ``pml_execute`` snippet to the client; its success becomes a capability."""
-        assert params.code is not None
-        context = LearningContext(
-            mode="direct",
-            code=params.code,
-            intent=params.intent,
-            code_hash=analysis.code_hash,
-            targets=dict(plan.targets),
-            tools_used=[target.address for target in plan.targets.values()],
-            name=params.name,
-            update=params.update,
-            routing=params.routing,
-        )
+        context = LearningContext.of_request(params, analysis, plan)
         answer = await self._offer(scope, context, params.args or {}, plan, request)
         if params.options is not None and params.options.timeout_ms is not None:
             answer["timeoutMs"] = params.options.timeout_ms
@@ -199,6 +219,7 @@ class ClientHandoff:
         plan: Plan,
         request: RequestPolicy | None,
     ) -> dict[str, Any]:
+        require_one_side(plan)
         workflow_id = new_workflow_id()
         expires_at = await self.workflows.put(
             workflow_id,
@@ -274,17 +295,9 @@ class OfflineContexts:
         )
         if not plan.client_tools:
             raise InvalidInput("This code uses none of the client's servers: it runs here")
+        require_one_side(plan)
         if self._policy is not None:
             request = await self._policy.begin(scope, params.intent, source="trace")
             tools = await upstream_tools(scope, self._registry, plan, [])
             self._policy.check_static(request, tools)
-        return LearningContext(
-            mode="direct",
-            code=params.code,
-            intent=params.intent,
-            code_hash=analysis.code_hash,
-            targets=dict(plan.targets),
-            tools_used=[target.address for target in plan.targets.values()],
-            name=params.name,
-            routing=params.routing,
-        )
+        return LearningContext.of_request(params, analysis, plan)

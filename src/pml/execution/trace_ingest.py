@@ -14,29 +14,32 @@ For each trace of a batch (at most ``MAX_TRACES``), in one pass over the databas
 - no live state (unknown, or past its expiry) → ``expired``, logged — unless the trace is
   an *offline* run (the client ran code while the gateway was unreachable): its ``offline``
   object (code, intent, name, routing) is checked as a hand-off would be and learned;
-- otherwise the state is claimed (deleted; only one request can claim it) and: a failed run
-  is recorded and creates nothing (``failed``); a successful one goes to the same capture
-  service as direct mode — capability created or reused under the key's scope (a
-  capability called by name counts a use) — and is ``captured``.
+- a workflow another request is capturing right now → ``duplicate``;
+- otherwise the state is claimed (only one request can claim it; ``trace_claims``) and: a
+  failed run is recorded and creates nothing (``failed``); a successful one goes to the
+  same capture service as direct mode — capability created or reused under the key's scope
+  (a capability called by name counts a use) — and is ``captured``.
 
-Each processed trace is stored in ``execution_traces`` with its workflow id, which is what
-makes a replay a ``duplicate``. Task results are kept as the tool calls' tool, argument
-digest, duration and success, scrubbed of secrets; never more than the limits below.
-If the capture itself fails unexpectedly, the states not yet processed are put back and the
-error propagates (the client retries the batch; what was done answers ``duplicate``).
+Each processed trace is stored in ``execution_traces`` with its workflow id, in the
+transaction that deletes its state, which is what makes a replay a ``duplicate``. Task
+results are kept as the tool calls' tool, argument digest, duration and success, scrubbed
+of secrets; never more than the limits below. If the capture itself fails unexpectedly,
+the states not yet processed are put back and the error propagates (the client retries the
+batch; what was done answers ``duplicate``).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import sqlalchemy as sa
+import anyio
 from pydantic import ValidationError
 
 from pml.errors import InvalidInput, PmlError
@@ -44,6 +47,7 @@ from pml.execution.answers import cached_analysis
 from pml.execution.capture import CaptureService, RunReport
 from pml.execution.clients import ClientCaller
 from pml.execution.handoff import CLIENT_RUN_KIND, LearningContext, OfflineContexts
+from pml.execution.trace_claims import CLAIMED_KIND, StoredState, TraceClaims
 from pml.execution.trace_wire import (
     MAX_ERROR_CHARS,
     MAX_TRACES,
@@ -54,37 +58,31 @@ from pml.execution.trace_wire import (
 )
 from pml.policy.model import Auditor
 from pml.policy.scrub import scrub_text
+from pml.registry.changes import CapabilityChange
 from pml.registry.scope import Scope
 from pml.storage.database import Database
-from pml.storage.tables import execution_traces, workflow_state
-from pml.storage.trace_repo import SqlTraceRepository, TraceRow
+from pml.storage.trace_repo import TraceRow
 from pml.storage.types import utc_now
 from pml.storage.workflow_repo import decoded_state
 
 logger = logging.getLogger(__name__)
 
 OWNERS_TTL_S = 10.0
+# How long an offline run stays marked as in flight if the process dies before its row.
+OFFLINE_CLAIM_TTL_S = 3600.0
 MAX_OWNER_SCOPES = 1000
-
-
-class _State:
-    __slots__ = ("expires_at", "kind", "owner", "state")
-
-    def __init__(self, row: Any) -> None:
-        self.kind: str = row.kind
-        self.owner = (row.org, row.project, row.user_id)
-        self.state: object = row.state
-        self.expires_at: datetime = row.expires_at
 
 
 @dataclass(slots=True)
 class _Batch:
-    """One request's traces: who sent them, the states claimed, the rows to write, and the
-    capabilities recently captured for that caller (by code hash: fqdn, display name)."""
+    """One request's traces: who sent them, the hand-off states it claimed, the offline runs
+    it marked, the rows to write, and the capabilities recently captured for that caller
+    (by code hash: fqdn, display name)."""
 
     scope: Scope
     client: ClientCaller | None
-    claimed: dict[str, _State]
+    claimed: dict[str, StoredState]
+    marked: set[str]
     rows: list[TraceRow]
     reused: dict[str, tuple[str, str]]
 
@@ -100,7 +98,7 @@ class TraceIngest:
         auditor: Auditor | None = None,
         offline: OfflineContexts | None = None,
     ) -> None:
-        self._db = db
+        self._claims = TraceClaims(db)
         self._capture = capture
         self._auditor = auditor
         self._offline = offline
@@ -135,9 +133,10 @@ class TraceIngest:
             else:
                 seen.add(trace.workflowId)
                 valid[index] = trace
-        states, reported = await self._lookup(list(seen))
+        states, reported = await self._claims.lookup(list(seen))
         owner, now = (scope.org, scope.project, scope.user), utc_now()
         wanted: list[str] = []
+        offline: list[str] = []
         for index, trace in valid.items():
             wid = trace.workflowId
             state = states.get(wid)
@@ -146,93 +145,54 @@ class TraceIngest:
                 status = "duplicate" if ours else "rejected"
                 results[index] = answer(trace, status, message=None if ours else _NOT_YOURS)
             elif state is None and trace.offline is not None and self._offline is not None:
-                continue  # learned from the code it carries, below
+                offline.append(wid)  # learned from the code it carries, below
             elif state is None or (state.owner == owner and state.expires_at <= now):
                 logger.info("trace for an unknown or expired workflow %s", wid)
                 results[index] = answer(trace, "expired", message=_EXPIRED)
             elif state.owner != owner:
                 results[index] = answer(trace, "rejected", message=_NOT_YOURS)
+            elif state.kind == CLAIMED_KIND:
+                results[index] = answer(trace, "duplicate", message="Being captured already")
             elif state.kind != CLIENT_RUN_KIND:
                 results[index] = answer(trace, "rejected", message="Not a client-routed workflow")
             else:
                 wanted.append(wid)
-        claimed = await self._claim(scope, wanted)
+        claimed = await self._claims.claim(scope, wanted)
+        marked = await self._claims.claim_new(scope, offline, ttl_s=OFFLINE_CLAIM_TTL_S)
         rows: list[TraceRow] = []
-        batch = _Batch(scope, client, claimed, rows, self._owners.setdefault(scope, {}))
+        batch = _Batch(
+            scope, client, claimed, set(marked), rows, self._owners.setdefault(scope, {})
+        )
         pending = [(i, t) for i, t in valid.items() if results[i] is None]
         processed = 0
         try:
             for index, trace in pending:
                 results[index] = await self._one(batch, trace)
                 processed += 1
-        except BaseException:
-            left = {t.workflowId for _, t in pending[processed:]}
-            await self._restore(scope, {w: s for w, s in claimed.items() if w in left})
-            raise
         finally:
-            await self._write(rows)
+            ours = claimed.keys() | marked.keys()
+            done = [t.workflowId for _, t in pending[:processed] if t.workflowId in ours]
+            left = [t.workflowId for _, t in pending[processed:]]
+            with anyio.CancelScope(shield=True):  # a cancelled request still ends its claims
+                await self._claims.release(scope, [w for w in left if w in claimed])
+                await self._claims.drop(scope, [w for w in left if w in marked])
+                await self._claims.finish(scope, rows, done)
         return [result for result in results if result is not None]
+
+    async def capability_changed(self, change: CapabilityChange) -> None:
+        """A ``registry.on_change`` listener: forget the code hashes remembered for a
+        capability that was renamed or given new code (they may lead elsewhere now)."""
+        self._forget(change.fqdn)
+
+    def _forget(self, fqdn: str) -> None:
+        for owners in self._owners.values():
+            for code_hash in [h for h, (owner, _) in owners.items() if owner == fqdn]:
+                del owners[code_hash]
 
     def _forget_owners(self) -> None:
         now = time.monotonic()
         if now - self._owners_since > OWNERS_TTL_S or len(self._owners) > MAX_OWNER_SCOPES:
             self._owners, self._owners_since = {}, now
-
-    async def _lookup(
-        self, ids: list[str]
-    ) -> tuple[dict[str, _State], dict[str, tuple[str, str, str | None]]]:
-        """The workflow states of ``ids`` (any owner) and the owners of those reported."""
-        if not ids:
-            return {}, {}
-        state_query = sa.select(
-            workflow_state.c.workflow_id,
-            workflow_state.c.kind,
-            workflow_state.c.org,
-            workflow_state.c.project,
-            workflow_state.c.user_id,
-            workflow_state.c.state,
-            workflow_state.c.expires_at,
-        ).where(workflow_state.c.workflow_id.in_(ids))
-        done_query = sa.select(
-            execution_traces.c.workflow_id,
-            execution_traces.c.org,
-            execution_traces.c.project,
-            execution_traces.c.user_id,
-        ).where(execution_traces.c.workflow_id.in_(ids))
-        async with self._db.read() as conn:
-            states = {row.workflow_id: _State(row) for row in await conn.execute(state_query)}
-            done = {
-                row.workflow_id: (row.org, row.project, row.user_id)
-                for row in await conn.execute(done_query)
-            }
-        return states, done
-
-    async def _claim(self, scope: Scope, ids: list[str]) -> dict[str, _State]:
-        """Delete the live states of ``ids`` that ``scope`` owns; those this call deleted."""
-        if not ids:
-            return {}
-        statement = (
-            sa.delete(workflow_state)
-            .where(
-                workflow_state.c.workflow_id.in_(ids),
-                workflow_state.c.org == scope.org,
-                workflow_state.c.project == scope.project,
-                workflow_state.c.user_id == scope.user,
-                workflow_state.c.kind == CLIENT_RUN_KIND,
-                workflow_state.c.expires_at > utc_now(),
-            )
-            .returning(
-                workflow_state.c.workflow_id,
-                workflow_state.c.kind,
-                workflow_state.c.org,
-                workflow_state.c.project,
-                workflow_state.c.user_id,
-                workflow_state.c.state,
-                workflow_state.c.expires_at,
-            )
-        )
-        async with self._db.transaction() as conn:
-            return {row.workflow_id: _State(row) for row in await conn.execute(statement)}
 
     async def _one(self, batch: _Batch, trace: IncomingTrace) -> dict[str, Any]:
         """One trace whose workflow this request claimed (or an offline run)."""
@@ -243,7 +203,8 @@ class TraceIngest:
             if context is None:
                 logger.warning("workflow %s holds no learning context", trace.workflowId)
                 return answer(trace, "rejected", message="The workflow holds no context")
-        elif trace.offline is not None and self._offline is not None:
+        elif trace.offline is not None and trace.workflowId in batch.marked:
+            assert self._offline is not None
             try:
                 offline = trace.offline.model_dump(exclude_none=True)
                 context = await self._offline.build(scope, batch.client, offline)
@@ -265,7 +226,7 @@ class TraceIngest:
         analysis = cached_analysis(context.code, max(1, len(context.code.encode())))
         report = RunReport(
             scope=scope,
-            intent=context.intent,
+            intent=_UNSTORABLE.sub("\ufffd", context.intent),  # a hand-off's intent may hold NUL
             analysis=analysis,
             plan=context.plan,
             called=called,
@@ -288,6 +249,7 @@ class TraceIngest:
                 record = await self._capture.new_version(
                     report, context.name, routing, record_trace=False
                 )
+                self._forget(record.fqdn)  # its former code belongs to no capability now
                 created = False
             else:
                 record, created = await self._capture.capture(
@@ -328,36 +290,9 @@ class TraceIngest:
             return answer(trace, "failed")
         return answer(trace, "captured", created=False, capabilityFqdn=fqdn)
 
-    async def _write(self, rows: list[TraceRow]) -> None:
-        if rows:
-            async with self._db.transaction() as conn:
-                await SqlTraceRepository(conn).insert_many(rows)
-
-    async def _restore(self, scope: Scope, claimed: dict[str, _State]) -> None:
-        """Put back states claimed by a batch that failed before processing them."""
-        if not claimed:
-            return
-        values = [
-            {
-                "workflow_id": workflow_id,
-                "kind": stored.kind,
-                "org": scope.org,
-                "project": scope.project,
-                "user_id": scope.user,
-                "state": stored.state,
-                "created_at": utc_now(),
-                "expires_at": stored.expires_at,
-            }
-            for workflow_id, stored in claimed.items()
-        ]
-        try:
-            async with self._db.transaction() as conn:
-                await conn.execute(sa.insert(workflow_state), values)
-        except Exception:
-            logger.exception("could not put back %d workflow state(s)", len(values))
-
 
 _NOT_YOURS = "This workflow belongs to another caller"
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")  # PostgreSQL and UTF-8 refuse these
 _EXPIRED = "Unknown or expired workflow: nothing was captured"
 
 

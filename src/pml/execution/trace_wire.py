@@ -5,7 +5,11 @@
 
 Every field is bounded: ids of at most 64 characters, at most ``MAX_TASKS`` task results
 (tool, argument digest, duration, success, error — never values), errors cut, an offline
-run's code at most ``MAX_OFFLINE_CODE_CHARS`` (the sandbox limit is checked again).
+run's code at most ``MAX_OFFLINE_CODE_CHARS`` (the sandbox limit is checked again). Types
+are strict (``"12.5"`` or ``true`` is not a duration). Ids are looked up in the database,
+echoed in the reply and logged: a control character (NUL, which PostgreSQL refuses; a
+newline, which would forge a log line) makes the trace ``rejected``, as does a lone
+surrogate anywhere (pydantic refuses those), never the whole batch.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Annotated, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
+from pml.gateway.schemas import TEXT_MAX
 from pml.policy.scrub import scrub, scrub_text
 
 MAX_TRACES = 100
@@ -21,8 +26,9 @@ MAX_TASKS = 1000
 MAX_ERROR_CHARS = 4000
 MAX_OFFLINE_CODE_CHARS = 1_000_000  # the sandbox's own limit is checked when it is learned
 STATUSES = ("captured", "duplicate", "expired", "failed", "rejected")
-Id = Annotated[str, Field(min_length=1, max_length=64)]
+Id = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$")]
 Short = Annotated[str, Field(max_length=400)]
+Milliseconds = Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False, strict=True)]
 
 
 class TaskResult(BaseModel):
@@ -32,7 +38,7 @@ class TaskResult(BaseModel):
 
     tool: Short
     argsDigest: Annotated[str, Field(max_length=128)] | None = None
-    durationMs: Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)] = 0.0
+    durationMs: Milliseconds = 0.0
     success: StrictBool = True
     error: Annotated[str, Field(max_length=MAX_ERROR_CHARS)] | None = None
 
@@ -43,7 +49,7 @@ class OfflineRun(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     code: Annotated[str, Field(max_length=MAX_OFFLINE_CODE_CHARS)]
-    intent: Annotated[str, Field(min_length=1, max_length=MAX_ERROR_CHARS)]
+    intent: Annotated[str, Field(min_length=1, max_length=TEXT_MAX, pattern=r"^[^\x00]+$")]
     name: Annotated[str, Field(max_length=64)] | None = None
     routing: Annotated[str, Field(max_length=8)] | None = None
 
@@ -55,7 +61,7 @@ class IncomingTrace(BaseModel):
 
     workflowId: Id
     success: StrictBool
-    durationMs: Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)]
+    durationMs: Milliseconds
     taskResults: Annotated[list[TaskResult], Field(max_length=MAX_TASKS)] = []
     error: Annotated[str, Field(max_length=MAX_ERROR_CHARS * 4)] | None = None
     traceId: Id | None = None

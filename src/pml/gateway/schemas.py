@@ -22,7 +22,8 @@ from pml.registry.routing import Routing
 from pml.registry.tools import HistoryParams, ListParams, LookupParams, RenameParams, WhoisParams
 
 TEXT_MAX: Final = 10_000
-Text = Annotated[str, Field(min_length=1, max_length=TEXT_MAX)]
+# No NUL: PostgreSQL refuses it in text, and no person or agent means one.
+Text = Annotated[str, Field(min_length=1, max_length=TEXT_MAX, pattern=r"^[^\x00]*$")]
 
 
 class _Params(BaseModel):

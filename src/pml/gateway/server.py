@@ -223,6 +223,8 @@ async def open_gateway(
                 watcher = ToolListWatcher(catalog, notifier, db, origin=registry.origin)
                 registry.on_change(watcher.registry_changed)
                 watcher.on_remote_change(discovery.capability_changed)
+                registry.on_change(traces.capability_changed)
+                watcher.on_remote_change(traces.capability_changed)
                 # Only this process's captures count towards its automatic curation runs
                 # (the count itself is read from the database): replicas never race.
                 curation = open_curation(registry, db, settings, llm)

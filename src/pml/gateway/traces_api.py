@@ -57,7 +57,7 @@ async def _body(request: Request) -> bytes | None:
 def _traces_of(body: bytes) -> list[object]:
     try:
         document: object = json.loads(body)
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # nested too deep: not a trace
         raise InvalidInput("The body is not JSON", field="traces") from None
     if not isinstance(document, dict):
         raise InvalidInput('Expected {"traces": [...]}', field="traces")
