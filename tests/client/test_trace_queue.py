@@ -324,3 +324,30 @@ def test_a_queue_can_be_opened_where_the_parent_folders_do_not_exist(tmp_path: P
         queue.put(trace(1))
     assert path.exists()
     assert os.stat(path.parent).st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize(
+    ("error", "sent"),
+    [
+        ("no mailbox john.doe@example.com", "no mailbox [EMAIL]"),
+        ("call +33 6 12 34 56 78 failed", "call [PHONE] failed"),
+        ("dial (555) 123-4567", "dial [PHONE]"),
+        ("took 1234 ms at 2026-11-24 06:57:52", "took 1234 ms at 2026-11-24 06:57:52"),
+        (
+            "v1.2.3 of 904f8816-fe15-4ed5-a960-7b745b2c0812",
+            "v1.2.3 of 904f8816-fe15-4ed5-a960-7b745b2c0812",
+        ),
+    ],
+)
+def test_personal_data_in_errors_and_task_results_never_leaves(error: str, sent: str) -> None:
+    prepared = prepare_trace(
+        {
+            "workflowId": "wf_1",
+            "success": False,
+            "durationMs": 1,
+            "error": error,
+            "taskResults": [{"tool": "crm:lookup", "error": error, "nested": [error]}],
+        }
+    )
+    assert prepared["error"] == sent
+    assert prepared["taskResults"] == [{"tool": "crm:lookup", "error": sent, "nested": [sent]}]

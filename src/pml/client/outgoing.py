@@ -4,9 +4,10 @@
     # {"traceId": "<uuid4>", "workflowId": "wf_1", ..., "timestamp": "2026-...Z"}
 
 Unknown fields are left out (with a warning); ``taskResults`` and ``error`` are scrubbed of
-secrets (``pml.policy.scrub``); ``traceId`` (uuid4) and ``timestamp`` (UTC) are added when
-missing. An ``offline`` run (code, intent, name, routing: code run while the server was
-unreachable) is sent as written, since the server learns the capability from that code.
+secrets (``pml.policy.scrub``) and of e-mail addresses and phone numbers; ``traceId``
+(uuid4) and ``timestamp`` (UTC) are added when missing. An ``offline`` run (code, intent,
+name, routing: code run while the server was unreachable) is sent as written, since the
+server learns the capability from that code.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ from pml.policy.scrub import scrub, scrub_text
 
 logger = logging.getLogger(__name__)
 
+_EMAIL: Final = re.compile(r"[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})+")
+# Phone numbers written as such: international (+33 6 12 34 56 78) or (555) 123-4567.
+_PHONE: Final = re.compile(
+    r"(?<![\w+])(?:\+\d{1,3}(?:[ .-]?\d{1,4}){2,6}|\(\d{3}\)[ .-]?\d{3}[ .-]\d{4})(?![\w.])"
+)
 _UNSTORABLE: Final = re.compile("[\x00\ud800-\udfff]")
 
 
@@ -85,7 +91,7 @@ def prepare_trace(trace: Mapping[str, Any]) -> dict[str, Any]:
     if parsed.model_extra:
         logger.warning("trace: left out unknown fields %s", sorted(parsed.model_extra)[:10])
     # scrub also bounds the size; the markers it leaves for what it cut are not task results
-    tasks = cast(list[object], scrub(parsed.taskResults))
+    tasks = cast(list[object], _without_pii(scrub(parsed.taskResults)))
     prepared: dict[str, Any] = {
         "traceId": str(parsed.traceId or uuid.uuid4()),
         "workflowId": parsed.workflowId,
@@ -95,9 +101,21 @@ def prepare_trace(trace: Mapping[str, Any]) -> dict[str, Any]:
         "timestamp": timestamp,
     }
     if parsed.error is not None:
-        prepared["error"] = scrub_text(parsed.error)
+        prepared["error"] = _without_pii(scrub_text(parsed.error))
     if parsed.parentId is not None:
         prepared["parentId"] = str(parsed.parentId)
     if parsed.offline is not None:
         prepared["offline"] = parsed.offline.model_dump(exclude_none=True)
     return prepared
+
+
+def _without_pii(value: Any) -> Any:
+    """E-mail addresses and phone numbers in any string of ``value`` replaced by markers
+    (the values of the run never leave the machine; an error message may quote them)."""
+    if isinstance(value, str):
+        return _PHONE.sub("[PHONE]", _EMAIL.sub("[EMAIL]", value))
+    if isinstance(value, list):
+        return [_without_pii(item) for item in cast(list[Any], value)]
+    if isinstance(value, dict):
+        return {key: _without_pii(item) for key, item in cast(dict[str, Any], value).items()}
+    return value
