@@ -45,7 +45,9 @@ def register(app: typer.Typer) -> None:
 
         async def body() -> None:
             key = api_key.strip()
-            if not key or len(key) > MAX_KEY_CHARS or not key.isprintable() or " " in key:
+            # It goes in HTTP headers: printable ASCII without spaces.
+            printable = key.isascii() and key.isprintable() and " " not in key
+            if not key or len(key) > MAX_KEY_CHARS or not printable:
                 raise InvalidInput("--api-key: not an API key", field="api_key")
             settings = load_cli_settings(ctx, config)
             from pml.client.remote import mcp_url

@@ -119,7 +119,9 @@ class ConnectTools:
             if name in CHANGING_TOOLS and not result.is_error:
                 await self.refresh()
             return result
-        run = await self._runner.run(handoff)
+        run = await self._run(handoff)
+        if run is None:
+            return _failure(name, InternalError("Internal error while running the code here"))
         self._enqueue(run)
         if name.startswith(CAPABILITY_TOOL_PREFIX):
             return _capability_answer(run, handoff)
@@ -144,7 +146,9 @@ class ConnectTools:
         }
         if params.options is not None and params.options.timeout_ms is not None:
             handoff["timeoutMs"] = params.options.timeout_ms
-        run = await self._runner.run(handoff)
+        run = await self._run(handoff)
+        if run is None:
+            return _failure("pml_execute", InternalError("Internal error while running the code"))
         if isinstance(run.error, UnknownTool):  # it needs the gateway's servers
             message = f"{unreachable.message}; this code needs tools this machine does not run"
             return _failure("pml_execute", UpstreamUnavailable(message, **unreachable.data))
@@ -153,10 +157,21 @@ class ConnectTools:
             offline["name"] = params.name
         if params.routing is not None:
             offline["routing"] = params.routing
-        self._enqueue(run, offline=offline)
         answer = run.answer()
         answer["offline"] = True
+        if run.success and not run.tools_used:  # the gateway would run it: nothing to learn
+            answer["capture"] = "none"
+        else:
+            self._enqueue(run, offline=offline)
         return json_result(answer, is_error=not run.success)
+
+    async def _run(self, handoff: Mapping[str, Any]) -> LocalRun | None:
+        """The local run (None after an unexpected failure, logged: never raised)."""
+        try:
+            return await self._runner.run(handoff)
+        except Exception:
+            logger.exception("running %s here failed", handoff.get("workflowId"))
+            return None
 
     def _enqueue(self, run: LocalRun, *, offline: dict[str, Any] | None = None) -> None:
         trace = run.trace()

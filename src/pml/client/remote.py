@@ -9,9 +9,11 @@ Every request carries ``Authorization: Bearer <key>``, ``X-PML-Client: pml-conne
 and ``X-PML-Client-Servers`` (the servers this machine runs), which is how the gateway knows
 it may hand code back (``execute_locally``). One background task owns the session: it
 connects, reconnects with a growing delay when the gateway goes away, and listens for the
-gateway's ``tools/list_changed``. A call made while the gateway is unreachable fails at
-once with ``UPSTREAM_UNAVAILABLE`` naming the URL; nothing is retried behind the agent's
-back (a forwarded ``pml_execute`` is not idempotent).
+gateway's ``tools/list_changed``. A call made while the gateway is unreachable (never
+reached, refused, or gone: a closed connection is not a refusal) fails at once with
+``UPSTREAM_UNAVAILABLE`` naming the URL; only the very first connection attempt is waited
+for. Nothing is retried behind the agent's back (a forwarded ``pml_execute`` is not
+idempotent).
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any
+from typing import Any, cast
+from urllib.parse import urlsplit
 
 import anyio
 import mcp_types
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED
 
 from pml import __version__
 from pml.config import ServerSettings
@@ -53,8 +57,13 @@ def client_headers(api_key: str, servers: Sequence[str]) -> dict[str, str]:
 def mcp_url(base_url: str) -> str:
     """``base_url`` (with or without ``/mcp``) as the gateway's MCP endpoint."""
     base = base_url.rstrip("/")
-    if not base.startswith(("http://", "https://")):
-        raise InvalidInput(f"Server URL must start with http:// or https://: {base_url}")
+    try:
+        parts = urlsplit(base)
+        host, _port = parts.hostname, parts.port  # a port that is not a number raises
+    except ValueError:
+        host = None
+    if not base.startswith(("http://", "https://")) or not host:
+        raise InvalidInput(f"Server URL must be http(s)://host[:port]: {base_url}")
     return base if base.endswith("/mcp") else f"{base}/mcp"
 
 
@@ -74,6 +83,7 @@ class RemoteGateway:
         self._on_tools_changed = on_tools_changed
         self._client: Client | None = None
         self._connected = anyio.Event()
+        self._first_attempt = anyio.Event()  # set once the first attempt ends, either way
         self._lost = anyio.Event()
         self._last_error = "not connected yet"
         self._gave_up = False
@@ -95,6 +105,7 @@ class RemoteGateway:
                 yield self
             finally:
                 group.cancel_scope.cancel()
+        self._forget()
 
     async def wait_connected(self, timeout_s: float = CONNECT_WAIT_S) -> bool:
         """Whether a session is open within ``timeout_s``."""
@@ -106,10 +117,12 @@ class RemoteGateway:
         client = await self._session()
         try:
             return await fetch_tools(client)
-        except MCPError:
+        except MCPError as error:
+            if error.error.code == CONNECTION_CLOSED:
+                raise self._unreachable(error, client) from None
             raise
         except Exception as error:  # noqa: BLE001 - the transport failed: said as unreachable
-            raise self._unreachable(error) from None
+            raise self._unreachable(error, client) from None
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any] | None
@@ -119,25 +132,33 @@ class RemoteGateway:
         try:
             return await client.call_tool(name, arguments)
         except MCPError as error:  # a protocol-level refusal: the agent is told, as a result
+            if error.error.code == CONNECTION_CLOSED:  # the gateway went away: not a refusal
+                raise self._unreachable(error, client) from None
             message = f"The PML server refused the call: {error.error.message}"
             return error_result(UpstreamUnavailable(message, server="pml"))
         except Exception as error:  # noqa: BLE001 - the transport failed: said as unreachable
-            raise self._unreachable(error) from None
+            raise self._unreachable(error, client) from None
 
     async def _session(self) -> Client:
-        # Only the very first connection is waited for: once the gateway has been found
-        # unreachable, calls fail at once until the background task reconnects.
-        if self._client is None and (self._gave_up or not await self.wait_connected()):
+        # Only the very first connection attempt is waited for (not past its failure): once
+        # the gateway has been found unreachable, or lost, calls fail at once until the
+        # background task reconnects.
+        if self._client is None and not self._gave_up:
+            with anyio.move_on_after(CONNECT_WAIT_S):
+                await self._first_attempt.wait()
+        client = self._client
+        if client is None:
             raise UpstreamUnavailable(
                 f"The PML server at {self.url} is unreachable ({self._last_error})",
                 server="pml",
             )
-        assert self._client is not None
-        return self._client
+        return client
 
-    def _unreachable(self, error: BaseException) -> UpstreamUnavailable:
-        self._last_error = str(error) or type(error).__name__
-        self._lost.set()
+    def _unreachable(self, error: BaseException, client: Client) -> UpstreamUnavailable:
+        self._last_error = _reason(error)
+        if client is self._client:  # not an older session's late failure
+            self._lost.set()
+            self._forget()
         return UpstreamUnavailable(
             f"The PML server at {self.url} is unreachable ({self._last_error})", server="pml"
         )
@@ -146,6 +167,7 @@ class RemoteGateway:
         delay = RECONNECT_MIN_S
         while True:
             lost = self._lost = anyio.Event()
+            connected = False
             try:
                 async with AsyncExitStack() as stack:
                     client = await open_client(
@@ -156,22 +178,34 @@ class RemoteGateway:
                         stderr=StderrTail("pml"),
                     )
                     await listen_for_tool_changes(stack, client)
+                    connected, delay = True, RECONNECT_MIN_S
                     self._client, self._gave_up = client, False
+                    self._last_error = "the connection was closed"
                     self._connected.set()
-                    delay = RECONNECT_MIN_S
+                    self._first_attempt.set()
                     logger.info("connected to the PML server at %s", self.url)
                     await self._changed()  # what was listed while away may differ now
                     await lost.wait()
+                    self._forget()  # calls fail at once from now on, not on the closing session
             except Exception as error:  # noqa: BLE001 - unreachable or refused: try again later
-                self._last_error = str(error) or type(error).__name__
-                self._gave_up = True
-                log = logger.warning if delay == RECONNECT_MIN_S else logger.debug
-                log("cannot reach the PML server at %s: %s", self.url, self._last_error)
-            if self._client is not None:
+                if connected:  # closing the lost session failed: nothing more to say
+                    logger.debug("closing the session to %s: %s", self.url, _reason(error))
+                else:
+                    self._last_error = _reason(error)
+                    log = logger.warning if delay == RECONNECT_MIN_S else logger.debug
+                    log("cannot reach the PML server at %s: %s", self.url, self._last_error)
+            if connected:
                 logger.warning("lost the PML server at %s; reconnecting", self.url)
-            self._client, self._connected = None, anyio.Event()
+            self._forget()
+            self._first_attempt.set()
             await anyio.sleep(delay)
             delay = min(RECONNECT_MAX_S, delay * 2)
+
+    def _forget(self) -> None:
+        """No session now: calls fail at once until the next connection."""
+        self._client, self._gave_up = None, True
+        if self._connected.is_set():  # an unset one may have waiters: they keep it
+            self._connected = anyio.Event()
 
     async def _on_message(self, message: object) -> None:
         if isinstance(message, mcp_types.ToolListChangedNotification):
@@ -183,3 +217,14 @@ class RemoteGateway:
                 await self._on_tools_changed()
             except Exception:
                 logger.exception("tools-changed listener failed")
+
+
+def _reason(error: BaseException) -> str:
+    """What went wrong, for one line: the first error inside exception groups."""
+    if isinstance(error, BaseExceptionGroup):
+        group = cast("BaseExceptionGroup[BaseException]", error)
+        return _reason(group.exceptions[0]) if group.exceptions else "ExceptionGroup"
+    if isinstance(error, MCPError):
+        return error.error.message
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

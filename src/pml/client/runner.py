@@ -93,7 +93,7 @@ def handoff_fields(handoff: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]
         args = {}
     if not isinstance(args, dict):
         raise InvalidInput("execute_locally with args that are not an object", field="args")
-    return workflow_id, code, cast(dict[str, Any], args), str(intent)
+    return workflow_id, code, cast(dict[str, Any], args), intent if isinstance(intent, str) else ""
 
 
 class LocalRunner:
@@ -122,7 +122,7 @@ class LocalRunner:
         Only this machine's servers can be called: a reference to anything else (another
         server, a capability) is ``UNKNOWN_TOOL``."""
         started = time.perf_counter()
-        workflow_id = str(handoff.get("workflowId") or "")
+        workflow_id = ""  # until checked: a hostile one is never echoed or traced
         budget: Budget | None = None
         try:
             workflow_id, code, args, intent = handoff_fields(handoff)

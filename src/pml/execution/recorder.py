@@ -38,6 +38,7 @@ logger = logging.getLogger(__name__)
 
 FLUSH_DELAY_S: Final = 0.2
 MAX_PENDING: Final = 50_000
+WRITE_TIMEOUT_S: Final = 30.0  # a stuck database write gives up (retried later) after this
 
 
 @dataclass(slots=True)
@@ -170,4 +171,7 @@ class UsageRecorder:
             await self._wake.wait()
             self._wake = anyio.Event()
             await anyio.sleep(self._delay_s)  # gather what else arrives meanwhile
-            await self.flush()
+            # Closing cancels the waits, never a write in progress (a database call cut
+            # short can leave a connection that outlives the event loop).
+            with anyio.CancelScope(shield=True), anyio.move_on_after(WRITE_TIMEOUT_S):
+                await self.flush()

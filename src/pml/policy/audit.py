@@ -270,10 +270,13 @@ class AuditLog:
     async def _write_periodically(self) -> None:
         while True:
             await anyio.sleep(self.flush_interval_s)
-            try:
-                await self._flush(final=False)
-            except Exception:  # the writer's top level: a bug here must not stop auditing
-                logger.exception("audit: a flush failed; retrying on the next one")
+            # Stopping cancels the sleep, never a write in progress: a database call cut
+            # short can leave a connection that outlives the event loop (and hangs its end).
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self.close_timeout_s):
+                try:
+                    await self._flush(final=False)
+                except Exception:  # the writer's top level: a bug must not stop auditing
+                    logger.exception("audit: a flush failed; retrying on the next one")
 
     async def _flush(self, *, final: bool) -> None:
         async with self._flushing:
