@@ -18,12 +18,12 @@ from typing import Any, Final
 
 import anyio
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from client.serving import serving_on
 from pml.client.trace_queue import TraceQueue
 from pml.gateway.http import base_url, listen_socket
 
@@ -95,34 +95,11 @@ class FakeTraceServer:
     @asynccontextmanager
     async def serving(self, sock: socket.socket) -> AsyncGenerator[None]:
         """uvicorn serving this app on ``sock`` (bound; it starts listening here)."""
-        config = uvicorn.Config(
-            self.app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1
-        )
-        server = _Server(config)
-        async with anyio.create_task_group() as group:
-            group.start_soon(server.serve, [sock])
-            with anyio.fail_after(10):
-                await server.ready.wait()
+        async with serving_on(self.app, sock):
             try:
                 yield
             finally:
                 self._release.set()
-                server.should_exit = True
-
-
-class _Server(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.ready = anyio.Event()
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
-        if self.started:
-            self.ready.set()
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None]:
-        yield  # leave the test runner's signal handlers alone
 
 
 @pytest.fixture

@@ -12,8 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import socket
-from collections.abc import AsyncGenerator, Generator
+from collections.abc import AsyncGenerator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,6 @@ import anyio
 import httpx
 import mcp_types
 import pytest
-import uvicorn
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -41,6 +39,7 @@ from client.connecting import (
     open_machine,
     open_shared,
 )
+from client.serving import serving_on
 from gateway.upstreams import ListChanged, data_of, error_of
 from pml import __version__
 from pml.client.connect import ConnectTools
@@ -653,36 +652,12 @@ async def test_a_wrong_api_key_fails_every_call_at_once_as_unreachable(
     assert connected.shared.upstream.calls == []
 
 
-class _Uvicorn(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.ready = anyio.Event()
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
-        if self.started:
-            self.ready.set()
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None]:
-        yield  # leave the test runner's signal handlers alone
-
-
 @asynccontextmanager
 async def serving_app(app: Starlette) -> AsyncGenerator[str]:
     """``app`` under uvicorn on a free loopback port; yields its base URL."""
     with contextlib.closing(listen_socket("127.0.0.1", 0)) as sock:
-        config = uvicorn.Config(app, log_level="warning", lifespan="off")
-        config.timeout_graceful_shutdown = 1
-        server = _Uvicorn(config)
-        async with anyio.create_task_group() as group:
-            group.start_soon(server.serve, [sock])
-            with anyio.fail_after(LIMIT_S):
-                await server.ready.wait()
-            try:
-                yield base_url(sock)
-            finally:
-                server.should_exit = True
+        async with serving_on(app, sock):
+            yield base_url(sock)
 
 
 async def test_every_request_says_who_is_calling_and_which_servers_it_runs() -> None:

@@ -105,6 +105,16 @@ def client_config(tmp_path: Path, filesystem: Upstream) -> Path:
     )
 
 
+def two_sides(
+    tmp_path: Path, database_url: str, files_server: tuple[Upstream, Path]
+) -> tuple[Shared, Path, str, Path]:
+    """The shared gateway, the client's config, the note it reads, its trace queue."""
+    filesystem, folder = files_server
+    shared = shared_gateway(tmp_path, database_url)
+    config = client_config(tmp_path, filesystem)
+    return shared, config, str(folder / "note.txt"), tmp_path / "q.sqlite3"
+
+
 @dataclass
 class Connected:
     client: Client
@@ -219,12 +229,9 @@ async def post_traces(shared: Shared, key: str, traces: list[dict[str, Any]]) ->
 async def test_a_local_snippet_runs_on_the_client_and_the_server_learns_it(
     tmp_path: Path, postgres_url: str, files_server: tuple[Upstream, Path]
 ) -> None:
-    filesystem, folder = files_server
-    shared = shared_gateway(tmp_path, postgres_url)
-    config = client_config(tmp_path, filesystem)
-    note = str(folder / "note.txt")
+    shared, config, note, queue = two_sides(tmp_path, postgres_url, files_server)
     with pml_http(shared.config, shared.log, port=shared.port):
-        async with pml_connect(config, shared, tmp_path / "q.sqlite3", tmp_path / "c.log") as pc:
+        async with pml_connect(config, shared, queue, tmp_path / "c.log") as pc:
             listed = {tool.name for tool in (await pc.client.list_tools()).tools}
             async with http_client(f"{shared.base_url}/mcp", shared.key) as direct:
                 on_server = {tool.name for tool in (await direct.list_tools()).tools}
@@ -264,12 +271,8 @@ async def test_a_local_snippet_runs_on_the_client_and_the_server_learns_it(
 async def test_traces_of_runs_made_while_the_server_was_down_arrive_exactly_once(
     tmp_path: Path, postgres_url: str, files_server: tuple[Upstream, Path]
 ) -> None:
-    filesystem, folder = files_server
-    shared = shared_gateway(tmp_path, postgres_url)
-    config = client_config(tmp_path, filesystem)
-    note = str(folder / "note.txt")
+    shared, config, note, queue = two_sides(tmp_path, postgres_url, files_server)
     snippets = [read_snippet(note, marker) for marker in ("one", "two", "three")]
-    queue = tmp_path / "q.sqlite3"
     with pml_http(shared.config, shared.log, port=shared.port):
         async with pml_connect(config, shared, queue, tmp_path / "c.log") as pc:
             await execute(pc.client, read_snippet(note, "warm-up"))
@@ -291,11 +294,7 @@ async def test_traces_of_runs_made_while_the_server_was_down_arrive_exactly_once
 async def test_a_client_killed_with_unsynced_traces_sends_them_after_a_restart(
     tmp_path: Path, postgres_url: str, files_server: tuple[Upstream, Path]
 ) -> None:
-    filesystem, folder = files_server
-    shared = shared_gateway(tmp_path, postgres_url)
-    config = client_config(tmp_path, filesystem)
-    note = str(folder / "note.txt")
-    queue = tmp_path / "q.sqlite3"
+    shared, config, note, queue = two_sides(tmp_path, postgres_url, files_server)
     answers: list[dict[str, Any]] = []
     with suppress(Exception):  # the client's session ends with the process, abruptly
         async with pml_connect(config, shared, queue, tmp_path / "c.log") as pc:
