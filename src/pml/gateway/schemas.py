@@ -22,8 +22,9 @@ from pml.registry.routing import Routing
 from pml.registry.tools import HistoryParams, ListParams, LookupParams, RenameParams, WhoisParams
 
 TEXT_MAX: Final = 10_000
-# No NUL: PostgreSQL refuses it in text, and no person or agent means one.
-Text = Annotated[str, Field(min_length=1, max_length=TEXT_MAX, pattern=r"^[^\x00]*$")]
+Text = Annotated[str, Field(min_length=1, max_length=TEXT_MAX)]
+# Text that is stored (an intent becomes the capability's): no NUL, which PostgreSQL refuses.
+StoredText = Annotated[str, Field(min_length=1, max_length=TEXT_MAX, pattern=r"^[^\x00]*$")]
 
 
 class _Params(BaseModel):
@@ -44,11 +45,11 @@ class ContinueWorkflow(_Params):
 class ExecuteParams(_Params):
     """``pml_execute`` input (SPEC §5)."""
 
-    intent: Text
+    intent: StoredText
     code: str | None = None
     capability: Text | None = None
     args: dict[str, Any] | None = None
-    name: Text | None = None
+    name: StoredText | None = None
     update: bool = False
     routing: Routing | None = None
     options: ExecuteOptions | None = None
