@@ -58,6 +58,7 @@ async def test_approving_over_http_resumes_the_run(open_policy_gateway: OpenPoli
                     [True],
                     b"{not json",
                     b"x" * 10_000,
+                    b"[" * 4_000,  # nested deeper than the JSON parser goes
                     {},
                 )
             ]

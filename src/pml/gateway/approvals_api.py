@@ -43,7 +43,7 @@ async def _body(request: Request) -> dict[str, Any]:
         raise InvalidInput(f"Body too large (max {MAX_BODY_BYTES} bytes)", field="body")
     try:
         data = json.loads(raw or b"null")
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deep
         raise InvalidInput("Body must be a JSON object", field="body") from None
     if not isinstance(data, dict):
         raise InvalidInput("Body must be a JSON object", field="body")
