@@ -642,6 +642,7 @@ async def test_a_wrong_api_key_fails_every_call_at_once_as_unreachable(
             with pytest.raises(UpstreamUnavailable) as caught:
                 await wrong.call_tool("cap_list", {})
             assert connected.url in caught.value.message
+            assert "refused the API key (HTTP 401)" in caught.value.message
             with pytest.raises(UpstreamUnavailable):
                 await wrong.list_tools()
             error = error_of(await tools.call_tool("pml_discover", {"intent": "x"}))

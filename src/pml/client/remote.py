@@ -43,6 +43,7 @@ ToolsChanged = Callable[[], Awaitable[None]]
 CONNECT_WAIT_S = 5.0
 RECONNECT_MIN_S = 0.2
 RECONNECT_MAX_S = 10.0
+PROBE_TIMEOUT_S = 3.0
 
 
 def client_headers(api_key: str, servers: Sequence[str]) -> dict[str, str]:
@@ -191,7 +192,7 @@ class RemoteGateway:
                 if connected:  # closing the lost session failed: nothing more to say
                     logger.debug("closing the session to %s: %s", self.url, _reason(error))
                 else:
-                    self._last_error = _reason(error)
+                    self._last_error = await self._refusal() or _reason(error)
                     log = logger.warning if delay == RECONNECT_MIN_S else logger.debug
                     log("cannot reach the PML server at %s: %s", self.url, self._last_error)
             if connected:
@@ -200,6 +201,21 @@ class RemoteGateway:
             self._first_attempt.set()
             await anyio.sleep(delay)
             delay = min(RECONNECT_MAX_S, delay * 2)
+
+    async def _refusal(self) -> str | None:
+        """Why the gateway refuses this client, when it does (the MCP client does not say
+        whether a failed connection was a refused key): one ``GET /api/capabilities``."""
+        import httpx
+
+        probe = self.url.removesuffix("/mcp") + "/api/capabilities?limit=1"
+        try:
+            async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, trust_env=False) as http:
+                reply = await http.get(probe, headers=self._target.headers)
+        except httpx.HTTPError:
+            return None  # not reachable at all: the connection error says it
+        if reply.status_code in (401, 403):
+            return f"the server refused the API key (HTTP {reply.status_code})"
+        return None
 
     def _forget(self) -> None:
         """No session now: calls fail at once until the next connection."""
