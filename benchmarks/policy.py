@@ -20,17 +20,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import statistics
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
-
-import asyncpg  # pyright: ignore[reportMissingTypeStubs]
-import sqlalchemy as sa
 
 from pml.config import PermissionsSettings, PolicySettings, Settings
 from pml.gateway.policy_services import build_enforcer
@@ -40,6 +35,7 @@ from pml.policy.grants import GrantService
 from pml.policy.version import policy_version
 from pml.registry.scope import Scope
 from pml.storage.database import Database
+from throwaway_postgres import throwaway_database
 
 PRINCIPALS = 100
 
@@ -143,21 +139,8 @@ def _pct(values: list[float], q: int) -> float:
 
 
 async def _with_postgres(args: argparse.Namespace) -> dict[str, Any]:
-    base = os.environ.get("PML_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-    name = f"pml_bench_{uuid.uuid4().hex[:8]}"
-    admin = sa.make_url(base)
-    conn = await asyncpg.connect(
-        host=admin.host, port=admin.port or 5432, user=admin.username, database=admin.database
-    )  # pyright: ignore[reportUnknownMemberType]
-    await conn.execute(f'CREATE DATABASE "{name}"')  # pyright: ignore[reportUnknownMemberType]
-    try:
-        url = admin.set(drivername="postgresql", database=name).render_as_string(
-            hide_password=False
-        )
+    async with throwaway_database() as url:
         return await run(url, args.n, args.rules, args.grants)
-    finally:
-        await conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')  # pyright: ignore[reportUnknownMemberType]
-        await conn.close()  # pyright: ignore[reportUnknownMemberType]
 
 
 def main() -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -29,7 +28,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import asyncpg  # pyright: ignore[reportMissingTypeStubs]
 import httpx
 import sqlalchemy as sa
 
@@ -48,6 +46,7 @@ from e2e.support import (
 )
 from pml.storage.database import Database
 from pml.storage.tables import workflow_state
+from throwaway_postgres import throwaway_database
 
 BATCH = 100
 CLIENT_HEADERS = {"X-PML-Client": "pml-connect/bench", "X-PML-Client-Servers": "filesystem"}
@@ -179,23 +178,10 @@ async def run(args: argparse.Namespace, database_url: str) -> dict[str, Any]:
 
 
 async def with_postgres(args: argparse.Namespace) -> dict[str, Any]:
-    base = os.environ.get("PML_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-    name = f"pml_bench_{uuid.uuid4().hex[:8]}"
-    admin = sa.make_url(base)
-    conn = await asyncpg.connect(
-        host=admin.host, port=admin.port or 5432, user=admin.username, database=admin.database
-    )  # pyright: ignore[reportUnknownMemberType]
-    await conn.execute(f'CREATE DATABASE "{name}"')  # pyright: ignore[reportUnknownMemberType]
-    try:
-        url = admin.set(drivername="postgresql", database=name).render_as_string(
-            hide_password=False
-        )
+    async with throwaway_database() as url:
         db = await Database.open(url)  # migrated before the server and the key command start
         await db.close()
         return await run(args, url)
-    finally:
-        await conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')  # pyright: ignore[reportUnknownMemberType]
-        await conn.close()  # pyright: ignore[reportUnknownMemberType]
 
 
 def main() -> None:
