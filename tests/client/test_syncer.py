@@ -4,6 +4,7 @@ and the flush at exit."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import random
@@ -20,12 +21,13 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from pml.client.syncer import SyncReport, TraceSyncer, backoff_delay, parse_retry_after
+from pml.client.sync_answers import backoff_delay, parse_retry_after
+from pml.client.syncer import SyncReport, TraceSyncer
 from pml.client.trace_queue import MAX_TRACE_BYTES, TraceQueue
 from pml.errors import ConfigError
 
 if TYPE_CHECKING:
-    from client.conftest import FakeTraceServer
+    from client.conftest import FakeTraceServer, Responder
 
 pytestmark = pytest.mark.anyio
 
@@ -272,6 +274,80 @@ async def test_every_status_is_final_and_rejections_are_logged_with_their_messag
     levels = {r.getMessage(): r.levelno for r in caplog.records}
     assert any("unknown workflow wf-4" in m and v == logging.WARNING for m, v in levels.items())
     assert any("expired" in m and v == logging.INFO for m, v in levels.items())
+
+
+def pending_for(workflow: str, retry_after: object = 2) -> Responder:
+    """Answers ``pending`` for the trace of ``workflow`` (another request holds it), and
+    ``captured`` for the others."""
+
+    def answer(traces: list[dict[str, Any]]) -> tuple[int, Any]:
+        results = [
+            {"traceId": t["traceId"], "workflowId": t["workflowId"], "status": "captured"}
+            if t["workflowId"] != workflow
+            else {
+                "traceId": t["traceId"],
+                "workflowId": workflow,
+                "status": "pending",
+                "message": "Another request is capturing this workflow",
+                "retryAfterS": retry_after,
+            }
+            for t in traces
+        ]
+        return 200, {"results": results}
+
+    return answer
+
+
+async def test_a_pending_trace_stays_queued_and_is_sent_again_after_its_retry_after(
+    server: FakeTraceServer, queue: TraceQueue, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.respond(pending_for("wf-2", retry_after=2))
+    syncer = make_syncer(queue, server.url, max_delay_s=60.0)
+    for n in range(1, 4):
+        syncer.enqueue(trace(n))
+    with caplog.at_level(logging.INFO):
+        first = await syncer.sync_once()
+    assert first.statuses == {"captured": 2, "pending": 1}
+    assert (first.removed, first.error, first.retry_after_s) == (2, None, 2.0)
+    assert syncer.pending == 1
+    assert any("being captured by another request" in r.getMessage() for r in caplog.records)
+    second = await syncer.sync_once()  # the other request ended: a duplicate now
+    await syncer.aclose()
+    assert second.statuses == {"captured": 1}
+    assert (second.removed, second.retry_after_s) == (1, None)
+    assert syncer.pending == 0
+    assert workflows(server) == ["wf-1", "wf-2", "wf-3", "wf-2"]
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "expected_s"),
+    [("5", 0.01), (-3, 0.01), (True, 0.01), (None, 0.01), ([1], 0.01), (1e300, 0.05), (0, 0.01)],
+    ids=["text", "negative", "bool", "null", "list", "huge", "zero"],
+)
+async def test_a_pending_traces_retry_after_is_read_safely(
+    server: FakeTraceServer, queue: TraceQueue, retry_after: object, expected_s: float
+) -> None:
+    server.respond(pending_for("wf-1", retry_after))
+    syncer = make_syncer(queue, server.url)  # base 0.01 s, cap 0.05 s
+    syncer.enqueue(trace(1))
+    report = await syncer.sync_once()
+    await syncer.aclose()
+    assert report.retry_after_s == expected_s
+    assert report.error is None
+    assert syncer.pending == 1
+
+
+async def test_the_background_sender_waits_before_sending_a_pending_trace_again(
+    server: FakeTraceServer, queue: TraceQueue
+) -> None:
+    server.respond(pending_for("wf-1", 0.3), pending_for("wf-1", 0.3))
+    syncer = make_syncer(queue, server.url, max_delay_s=5.0)
+    async with syncer.running():
+        syncer.enqueue(trace(1))
+        await server.wait_until(lambda: len(server.batches) == 3, timeout_s=LIMIT_S)
+    assert syncer.pending == 0
+    gaps = [b - a for a, b in itertools.pairwise(server.arrivals)]
+    assert min(gaps) >= 0.25, gaps  # not sent again at once: no busy loop
 
 
 async def test_a_trace_the_answer_leaves_out_stays_queued(

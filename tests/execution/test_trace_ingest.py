@@ -196,14 +196,24 @@ async def test_two_requests_racing_for_one_workflow_capture_it_once(hub: Hub) ->
         async with anyio.create_task_group() as group:
             for _ in range(4):
                 group.start_soon(send)
-    assert sorted(result["status"] for result in results) == [
-        "captured",
-        "duplicate",
-        "duplicate",
-        "duplicate",
-    ]
+    assert_one_captured_the_others_told_to_come_back(results)
     assert len(await hub.trace_rows(wid)) == 1
     assert (await hub.counts())["capabilities"] == 1
+    [again] = await hub.ingest([trace(wid)])  # what a client told to come back does
+    assert again["status"] == "duplicate"
+
+
+def assert_one_captured_the_others_told_to_come_back(results: list[dict[str, Any]]) -> None:
+    """Racing requests: one captures; the others saw it done (``duplicate``) or in flight
+    (``pending``: not final, sent again after ``retryAfterS``)."""
+    statuses = sorted(result["status"] for result in results)
+    assert statuses[0] == "captured", results
+    assert len(statuses) == 4
+    assert set(statuses[1:]) <= {"duplicate", "pending"}, results
+    for result in results:
+        if result["status"] == "pending":
+            assert 1 <= result["retryAfterS"] <= 5
+            assert "again later" in result["message"]
 
 
 # -- failed ----------------------------------------------------------------------------------
@@ -552,11 +562,12 @@ async def test_requests_racing_with_one_offline_run_learn_it_once(hub: Hub) -> N
         async with anyio.create_task_group() as group:
             for _ in range(4):
                 group.start_soon(send)
-    statuses = sorted(result["status"] for result in results)
-    assert statuses == ["captured", "duplicate", "duplicate", "duplicate"], results
+    assert_one_captured_the_others_told_to_come_back(results)
     assert len(await hub.trace_rows("wf_c_race")) == 1
     counts = await hub.counts()
     assert (counts["capabilities"], counts["states"]) == (1, 0)
+    [again] = await hub.ingest([sent])
+    assert again["status"] == "duplicate"
 
 
 async def test_an_offline_run_keeps_its_name_and_a_failed_one_creates_nothing(hub: Hub) -> None:

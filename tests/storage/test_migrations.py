@@ -32,7 +32,7 @@ def _differences(conn: sa.Connection) -> list[object]:
 async def test_a_blank_database_is_migrated_to_head_on_open(blank_url: str) -> None:
     db = await Database.open(blank_url)
     try:
-        assert await db.current_revision() == head_revision() == "0007"
+        assert await db.current_revision() == head_revision() == "0008"
         async with db.read() as conn:
             differences = await conn.run_sync(_differences)
         assert differences == []
@@ -53,7 +53,7 @@ async def test_upgrading_twice_changes_nothing(blank_url: str) -> None:
         await db.close()
 
 
-@pytest.mark.parametrize("previous", ["0002", "0003", "0004", "0005", "0006"])
+@pytest.mark.parametrize("previous", ["0002", "0003", "0004", "0005", "0006", "0007"])
 async def test_upgrade_from_an_earlier_revision_keeps_existing_data(
     blank_url: str, previous: str
 ) -> None:
@@ -200,5 +200,34 @@ async def test_upgrading_to_0007_keeps_audit_events_and_widens_decided_by(
             ({"tool": "fs:write", "ü": "ünïcode"}, "policy:file_task"),
             ({"tool": "fs:write", "ü": "ünïcode"}, long_rule),
         ]
+    finally:
+        await db.close()
+
+
+async def test_upgrading_to_0008_keeps_workflow_states_unclaimed(blank_url: str) -> None:
+    from pml.storage.tables import workflow_state
+
+    db = await Database.open(blank_url, migrate=False)
+    try:
+        await db.upgrade("0007")
+        now = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+        row = {
+            "workflow_id": "wf_0001",
+            "kind": "client_run",
+            "org": "acme",
+            "project": "webapp",
+            "user_id": "erwan",
+            "state": {"json": '{"code": "return 1"}'},
+            "created_at": now,
+            "expires_at": now,
+        }
+        async with db.transaction() as conn:  # the columns 0007 has, no more
+            await conn.execute(workflow_state.insert().values(row))
+        await db.upgrade()
+        async with db.read() as conn:
+            found = (await conn.execute(sa.select(workflow_state))).one()
+        assert (found.workflow_id, found.kind, found.claimed_at) == ("wf_0001", "client_run", None)
+        assert found.state == {"json": '{"code": "return 1"}'}
+        assert found.expires_at == now
     finally:
         await db.close()

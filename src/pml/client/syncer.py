@@ -9,7 +9,9 @@
 ``enqueue`` checks and scrubs a trace (``trace_queue.prepare_trace``) and commits it before
 it returns; a trace it cannot take is logged and dropped, never raised. The sender posts
 batches (at most 100, parents first) to ``{base_url}/api/traces`` and removes a trace only
-once the server has answered for it. 200: each status is final. 400/413/422: the traces go
+once the server has answered for it. 200: each status is final except ``pending`` (another
+request holds the workflow): that trace stays queued and the next pass waits its
+``retryAfterS`` (kept between ``base_delay_s`` and ``max_delay_s``). 400/413/422: the traces go
 again one by one; one refused alone is dropped, so it never blocks the queue. 401/403:
 logged once, retried every ``max_delay_s``. 429: retried after ``Retry-After``. 5xx, no
 connection, timeout: full-jitter exponential backoff (``backoff_delay``). The HTTP client
@@ -20,21 +22,26 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import random
 import threading
 from collections import Counter
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import anyio
 import anyio.to_thread
 import httpx
 
+from pml.client.sync_answers import (
+    backoff_delay,
+    body_of,
+    describe,
+    parse_retry_after,
+    results_of,
+    seconds_or,
+)
 from pml.client.trace_queue import QueuedTrace, TraceQueue, prepare_trace
 from pml.errors import ConfigError, InvalidInput, PmlError
 
@@ -57,7 +64,7 @@ class SyncReport:
     removed: int = 0  # taken off the queue: answered by the server, or dropped
     dropped: int = 0  # refused one by one as malformed: lost
     statuses: dict[str, int] = field(default_factory=dict[str, int])
-    retry_after_s: float | None = None  # the server failed: wait this long
+    retry_after_s: float | None = None  # wait this long (the server failed, or asked to)
     error: str | None = None
 
 
@@ -72,32 +79,11 @@ class _Pass:
     kind: str | None = None  # "unreachable", "refused", "throttled", "server", "answer"
     error: str | None = None
     wait_s: float | None = None  # what Retry-After asked for
+    pending_s: float | None = None  # traces answered ``pending``: when to send them again
 
     def fail(self, kind: str, error: str, wait_s: float | None = None) -> bool:
         self.kind, self.error, self.wait_s = kind, error, wait_s
         return False
-
-
-def backoff_delay(attempt: int, *, base_s: float, max_s: float, rng: random.Random) -> float:
-    """Full-jitter backoff: uniform in [0, min(max_s, base_s * 2**attempt)]."""
-    ceiling = min(max_s, base_s * 2.0 ** min(max(attempt, 0), 64))
-    return rng.uniform(0.0, max(0.0, ceiling))
-
-
-def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (seconds or HTTP-date); None if unusable."""
-    if value is None:
-        return None
-    try:
-        seconds = float(value.strip())
-    except ValueError:
-        try:
-            when = parsedate_to_datetime(value.strip())
-        except (TypeError, ValueError, IndexError):
-            return None
-        when = when if when.tzinfo is not None else when.replace(tzinfo=UTC)
-        return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
-    return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
 class TraceSyncer:
@@ -254,7 +240,7 @@ class TraceSyncer:
         logger.warning(
             "trace sync: the server refused a batch of %d traces (%s); sending them one by one",
             len(batch),
-            _describe(response),
+            describe(response),
         )
         for item in batch:
             if not self._apply([item], await self._post([item]), run):
@@ -288,19 +274,19 @@ class TraceSyncer:
             logger.error(
                 "trace sync: the server refused trace %s as malformed (%s); dropped",
                 batch[0].trace.get("traceId"),
-                _describe(response),
+                describe(response),
             )
             run.done.append(batch[0].id)
             run.dropped += 1
             return True
         if status in _REFUSED:
-            return run.fail("refused", _describe(response))
+            return run.fail("refused", describe(response))
         if status == 429:
             wait_s = parse_retry_after(response.headers.get("retry-after"))
             return run.fail("throttled", "the server asks to slow down (HTTP 429)", wait_s)
         if status != 200:
-            return run.fail("server", f"the server failed ({_describe(response)})")
-        return self._answered(batch, _results(_body(response)), run)
+            return run.fail("server", f"the server failed ({describe(response)})")
+        return self._answered(batch, results_of(body_of(response)), run)
 
     def _answered(
         self, batch: Sequence[QueuedTrace], results: list[Mapping[str, Any]] | None, run: _Pass
@@ -319,6 +305,11 @@ class TraceSyncer:
             status, message = result.get("status"), result.get("message")
             if not isinstance(status, str):
                 unanswered += 1
+                continue
+            if status == "pending":  # another request holds it: kept, sent again later
+                run.statuses[status] += 1
+                wait_s = max(seconds_or(result.get("retryAfterS"), 0.0), self.base_delay_s)
+                run.pending_s = min(max(run.pending_s or 0.0, wait_s), self.max_delay_s)
                 continue
             run.done.append(item.id)
             run.statuses[status] += 1
@@ -342,7 +333,14 @@ class TraceSyncer:
                 logger.info("trace sync: the server takes traces again")
             self._failures = 0
             self._logged.clear()
-            return SyncReport(*done)
+            if run.pending_s is not None:
+                logger.info(
+                    "trace sync: %d trace(s) being captured by another request; "
+                    "sent again in %.0f s",
+                    run.statuses["pending"],
+                    run.pending_s,
+                )
+            return SyncReport(*done, retry_after_s=run.pending_s)
         self._failures += 1
         if run.kind == "refused":
             delay = self.max_delay_s
@@ -363,31 +361,3 @@ class TraceSyncer:
             else:
                 logger.warning("trace sync: %s; traces are kept and retried", run.error)
         return SyncReport(*done, retry_after_s=delay, error=run.error)
-
-
-def _body(response: httpx.Response) -> object:
-    try:
-        return response.json()
-    except ValueError:
-        return None
-
-
-def _describe(response: httpx.Response | str) -> str:
-    """``HTTP <status>: <the server's error message>``, for logs."""
-    if isinstance(response, str):
-        return response
-    body, message = _body(response), ""
-    if isinstance(body, Mapping):
-        error = cast(Mapping[str, object], body).get("error")
-        if isinstance(error, Mapping):
-            message = str(cast(Mapping[str, object], error).get("message", ""))
-    return f"HTTP {response.status_code}: {message[:200]}".rstrip(": ")
-
-
-def _results(body: object) -> list[Mapping[str, Any]] | None:
-    results = cast(Mapping[str, object], body).get("results") if isinstance(body, Mapping) else None
-    if not isinstance(results, list):
-        return None
-    # a malformed entry keeps its place: answers are matched to traces by position first
-    items = cast(list[object], results)
-    return [cast(Mapping[str, Any], item) if isinstance(item, Mapping) else {} for item in items]

@@ -4,6 +4,7 @@
     results = await ingest.ingest(scope, [{"workflowId": "wf_…", "success": True,
                                            "durationMs": 12.5, "taskResults": [...]}])
     results[0]["status"]      # "captured" | "duplicate" | "expired" | "failed" | "rejected"
+                              # or "pending": send it again after ``retryAfterS``
 
 For each trace of a batch (at most ``MAX_TRACES``), in one pass over the database:
 
@@ -14,7 +15,9 @@ For each trace of a batch (at most ``MAX_TRACES``), in one pass over the databas
 - no live state (unknown, or past its expiry) → ``expired``, logged — unless the trace is
   an *offline* run (the client ran code while the gateway was unreachable): its ``offline``
   object (code, intent, name, routing) is checked as a hand-off would be and learned;
-- a workflow another request is capturing right now → ``duplicate``;
+- a workflow another request is capturing right now → ``pending`` with ``retryAfterS``: not
+  final, the client sends it again (that request may die before it ends; its claim is taken
+  over once its lease has passed, see ``trace_claims``);
 - otherwise the state is claimed (only one request can claim it; ``trace_claims``) and: a
   failed run is recorded and creates nothing (``failed``); a successful one goes to the
   same capture service as direct mode — capability created or reused under the key's scope
@@ -47,7 +50,7 @@ from pml.execution.answers import cached_analysis
 from pml.execution.capture import CaptureService, RunReport
 from pml.execution.clients import ClientCaller
 from pml.execution.handoff import CLIENT_RUN_KIND, LearningContext, OfflineContexts
-from pml.execution.trace_claims import CLAIMED_KIND, StoredState, TraceClaims
+from pml.execution.trace_claims import CLAIM_LEASE_S, CLAIMED_KIND, StoredState, TraceClaims
 from pml.execution.trace_wire import (
     MAX_ERROR_CHARS,
     MAX_TRACES,
@@ -68,6 +71,8 @@ from pml.storage.workflow_repo import decoded_state
 logger = logging.getLogger(__name__)
 
 OWNERS_TTL_S = 10.0
+# The longest ``retryAfterS`` of a pending trace: in-flight requests usually end in ~1 s.
+PENDING_RETRY_S = 5.0
 # How long an offline run stays marked as in flight if the process dies before its row.
 OFFLINE_CLAIM_TTL_S = 3600.0
 MAX_OWNER_SCOPES = 1000
@@ -81,6 +86,7 @@ class _Batch:
 
     scope: Scope
     client: ClientCaller | None
+    token: datetime
     claimed: dict[str, StoredState]
     marked: set[str]
     rows: list[TraceRow]
@@ -97,8 +103,9 @@ class TraceIngest:
         *,
         auditor: Auditor | None = None,
         offline: OfflineContexts | None = None,
+        claim_lease_s: float = CLAIM_LEASE_S,
     ) -> None:
-        self._claims = TraceClaims(db)
+        self._claims = TraceClaims(db, lease_s=claim_lease_s)
         self._capture = capture
         self._auditor = auditor
         self._offline = offline
@@ -134,7 +141,8 @@ class TraceIngest:
                 seen.add(trace.workflowId)
                 valid[index] = trace
         states, reported = await self._claims.lookup(list(seen))
-        owner, now = (scope.org, scope.project, scope.user), utc_now()
+        owner, now = (scope.org, scope.project, scope.user), utc_now()  # now: the claims' token
+        lease = self._claims.lease_s
         wanted: list[str] = []
         offline: list[str] = []
         for index, trace in valid.items():
@@ -151,20 +159,23 @@ class TraceIngest:
                 results[index] = answer(trace, "expired", message=_EXPIRED)
             elif state.owner != owner:
                 results[index] = answer(trace, "rejected", message=_NOT_YOURS)
-            elif state.kind == CLAIMED_KIND:
-                results[index] = answer(trace, "duplicate", message="Being captured already")
-            elif state.kind != CLIENT_RUN_KIND:
+            elif state.kind == CLAIMED_KIND and (left := state.lease_left(now, lease)):
+                results[index] = _pending(trace, left)
+            elif state.kind == CLAIMED_KIND and not decoded_state(state.state):
+                # an offline run's mark, left by a request that died: learned from the trace
+                target = offline if trace.offline is not None and self._offline else wanted
+                target.append(wid)
+            elif state.kind not in (CLIENT_RUN_KIND, CLAIMED_KIND):
                 results[index] = answer(trace, "rejected", message="Not a client-routed workflow")
             else:
                 wanted.append(wid)
-        claimed = await self._claims.claim(scope, wanted)
-        marked = await self._claims.claim_new(scope, offline, ttl_s=OFFLINE_CLAIM_TTL_S)
+        claimed = await self._claims.claim(scope, wanted, now)
+        marked = await self._claims.claim_new(scope, offline, now, ttl_s=OFFLINE_CLAIM_TTL_S)
         rows: list[TraceRow] = []
-        batch = _Batch(
-            scope, client, claimed, set(marked), rows, self._owners.setdefault(scope, {})
-        )
+        reused = self._owners.setdefault(scope, {})
+        batch = _Batch(scope, client, now, claimed, set(marked), rows, reused)
         pending = [(i, t) for i, t in valid.items() if results[i] is None]
-        processed = 0
+        processed, written = 0, set[str]()
         try:
             for index, trace in pending:
                 results[index] = await self._one(batch, trace)
@@ -174,9 +185,12 @@ class TraceIngest:
             done = [t.workflowId for _, t in pending[:processed] if t.workflowId in ours]
             left = [t.workflowId for _, t in pending[processed:]]
             with anyio.CancelScope(shield=True):  # a cancelled request still ends its claims
-                await self._claims.release(scope, [w for w in left if w in claimed])
-                await self._claims.drop(scope, [w for w in left if w in marked])
-                await self._claims.finish(scope, rows, done)
+                await self._claims.release(scope, [w for w in left if w in claimed], now)
+                await self._claims.drop(scope, [w for w in left if w in marked], now)
+                written = await self._claims.finish(scope, rows, done, now)
+        for index, trace in pending[:processed]:
+            if trace.workflowId in ours and trace.workflowId not in written:
+                results[index] = _pending(trace, PENDING_RETRY_S)  # ended by its new claimer
         return [result for result in results if result is not None]
 
     async def capability_changed(self, change: CapabilityChange) -> None:
@@ -212,7 +226,7 @@ class TraceIngest:
                 logger.warning("offline run %s not learned: %s", trace.workflowId, error.message)
                 return answer(trace, "rejected", message=error.message)
         else:  # another request claimed it first
-            return answer(trace, "duplicate")
+            return _pending(trace, PENDING_RETRY_S)
         return await self._process(batch, trace, context)
 
     async def _process(
@@ -292,6 +306,16 @@ class TraceIngest:
 
 
 _NOT_YOURS = "This workflow belongs to another caller"
+_IN_FLIGHT = "Another request is capturing this workflow; send the trace again later"
+
+
+def _pending(trace: IncomingTrace, lease_left_s: float) -> dict[str, Any]:
+    """Not final: the trace is sent again after ``retryAfterS`` (and is then a duplicate,
+    or captured by this server if the request holding it died)."""
+    retry = max(1, math.ceil(min(lease_left_s, PENDING_RETRY_S)))
+    return answer(trace, "pending", message=_IN_FLIGHT, retryAfterS=retry)
+
+
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")  # PostgreSQL and UTF-8 refuse these
 _EXPIRED = "Unknown or expired workflow: nothing was captured"
 

@@ -3,16 +3,17 @@
     POST /api/traces   {"traces": [{"workflowId": "wf_…", "success": true, "durationMs": 12.5,
                                     "taskResults": [...], "traceId": "…"}, ...]}
     200 {"results": [{"traceId", "workflowId", "status", "capabilityFqdn"?, "created"?,
-                      "message"?}, ...]}            # one per trace, in order
+                      "message"?, "retryAfterS"?}, ...]}   # one per trace, in order
 
-``status`` is ``captured | duplicate | expired | failed | rejected`` (see
+``status`` is ``captured | duplicate | expired | failed | rejected``, or ``pending`` (see
 ``pml.execution.trace_ingest``). The API key fixes the scope: a trace of another caller's
 workflow is ``rejected`` and changes nothing. A body that is not JSON, not an object with a
 ``traces`` list, or larger than ``MAX_BODY_BYTES`` gets 400 / 413 with
-``{"error": {"code", "message"}}``; more than 100 traces gets 413. Every status in a 200 is
-final: the client drops those traces from its queue. An unexpected failure is a 500 and
-changes nothing that a retry cannot redo (a retried trace already processed answers
-``duplicate``).
+``{"error": {"code", "message"}}``; more than 100 traces gets 413. Every status in a 200 but
+``pending`` is final: the client drops those traces from its queue, and sends a pending one
+again after its ``retryAfterS`` (another request holds that workflow). An unexpected
+failure is a 500 and changes nothing that a retry cannot redo (a retried trace already
+processed answers ``duplicate``).
 """
 
 from __future__ import annotations

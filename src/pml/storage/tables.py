@@ -206,6 +206,7 @@ workflow_state = sa.Table(
     sa.Column("state", JsonValue(), nullable=False),
     sa.Column("created_at", UtcDateTime(), nullable=False),
     sa.Column("expires_at", UtcDateTime(), nullable=False),
+    sa.Column("claimed_at", UtcDateTime(), nullable=True),  # by a trace ingest (its lease)
     sa.Index(None, "expires_at"),
 )
 
