@@ -48,7 +48,6 @@ from pml.client.serve import build_connect_server, default_queue_path
 from pml.client.syncer import TraceSyncer
 from pml.client.trace_queue import TraceQueue
 from pml.errors import InvalidInput, UpstreamUnavailable
-from pml.gateway import http as http_module
 from pml.gateway.http import base_url, listen_socket, running_http
 from pml.gateway.notify import ToolListNotifier
 from pml.gateway.results import CAPABILITY_META
@@ -523,11 +522,8 @@ async def test_this_machines_permissions_refuse_the_call_here(
 
 
 async def test_while_the_gateway_is_down_local_code_still_runs_and_is_learned_later(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
-    # This machine's session outlives the gateway here, so its listen stream is still open
-    # when the gateway stops: uvicorn would wait its whole graceful-shutdown time for it.
-    monkeypatch.setattr(http_module, "GRACEFUL_SHUTDOWN_S", 1)
     async with open_connect(tmp_path) as connect, connect.remote.running():
         async with connect.serving():
             assert await connect.remote.wait_connected(LIMIT_S)

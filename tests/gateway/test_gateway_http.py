@@ -13,12 +13,14 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from mcp import Client
+from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ToolsListChanged
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from gateway.upstreams import Upstream
 from pml import __version__
+from pml.gateway import http as http_module
 from pml.gateway.http import running_http
 from pml.gateway.keys import ApiKeys
 from pml.gateway.server import Gateway
@@ -275,3 +277,60 @@ async def test_sigterm_shuts_down_gracefully_and_stops_the_pool(tmp_path: Path) 
             process.send_signal(signal.SIGTERM)
             assert await process.wait() == 0
     assert marker.read_text() == "stopped"
+
+
+async def test_a_listening_client_does_not_hold_the_server_open_when_it_stops(
+    gateway: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(http_module, "GRACEFUL_SHUTDOWN_S", 60)  # waited whole, it would show
+    key = (await ApiKeys(gateway.db).create("acme", "webapp", user="erwan"))[0]
+    headers = {"Authorization": f"Bearer {key}"}
+    events: list[object] = []
+    listening, ended = anyio.Event(), anyio.Event()
+
+    async def listen(url: str) -> None:
+        async with (
+            create_mcp_http_client(headers=headers) as http,
+            Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client,
+            client.listen(tools_list_changed=True) as subscription,
+        ):
+            listening.set()
+            async for event in subscription:
+                events.append(event)
+        ended.set()  # the stream ended as a stream ends: no error
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as group:
+            async with running_http(gateway) as url:
+                group.start_soon(listen, url)
+                await listening.wait()
+                stopping = anyio.current_time()
+            stopped_in = anyio.current_time() - stopping
+            await ended.wait()
+    assert stopped_in < 20, stopped_in
+    assert events == []
+
+
+async def test_while_the_server_stops_a_new_listen_is_refused_and_after_a_restart_served(
+    gateway: Gateway,
+) -> None:
+    key = (await ApiKeys(gateway.db).create("acme", "webapp", user="erwan"))[0]
+    headers = {"Authorization": f"Bearer {key}"}
+    with anyio.fail_after(30):
+        async with (
+            running_http(gateway) as url,
+            create_mcp_http_client(headers=headers) as http,
+            Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client,
+        ):
+            gateway.server.notifier.end_streams()  # what the server does when it stops
+            with pytest.raises(MCPError, match="The server is shutting down"):
+                async with client.listen(tools_list_changed=True):
+                    pass
+        async with (
+            running_http(gateway) as url,
+            create_mcp_http_client(headers=headers) as http,
+            Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client,
+            client.listen(tools_list_changed=True) as subscription,
+        ):
+            await gateway.server.notifier.tools_changed()
+            assert isinstance(await anext(aiter(subscription)), ToolsListChanged)

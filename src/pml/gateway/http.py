@@ -44,6 +44,7 @@ from pml.config import Settings
 from pml.gateway.approvals_api import approvals_route
 from pml.gateway.audit_api import audit_route
 from pml.gateway.capabilities_api import capabilities_routes
+from pml.gateway.notify import ToolListNotifier
 from pml.gateway.server import SCOPE_STATE_KEY, Gateway, open_gateway
 from pml.gateway.traces_api import traces_route
 from pml.registry.scope import Scope
@@ -177,12 +178,15 @@ class _Uvicorn(uvicorn.Server):
     uvicorn re-raises SIGTERM/SIGINT once it has stopped; under SIGTERM's default action that
     would kill the process before the gateway stops its upstream children. ``ready`` is set
     once requests are served, ``stopped`` once it has shut down (or failed to start).
+    ``stopping()`` is called when the shutdown begins, before uvicorn waits for the open
+    connections (long-lived streams must end there, or the whole grace period is waited).
     """
 
-    def __init__(self, config: uvicorn.Config) -> None:
+    def __init__(self, config: uvicorn.Config, stopping: Callable[[], None]) -> None:
         super().__init__(config)
         self.ready = anyio.Event()
         self.stopped = anyio.Event()
+        self._stopping = stopping
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
@@ -194,6 +198,10 @@ class _Uvicorn(uvicorn.Server):
             await super().serve(sockets=sockets)
         finally:
             self.stopped.set()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._stopping()
+        await super().shutdown(sockets=sockets)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None]:
@@ -233,8 +241,11 @@ def base_url(sock: socket.socket) -> str:
 
 
 @asynccontextmanager
-async def _serving(app: Starlette, sock: socket.socket) -> AsyncGenerator[_Uvicorn]:
-    """uvicorn on ``sock`` in the background; asks it to stop when the block ends."""
+async def _serving(
+    app: Starlette, sock: socket.socket, notifier: ToolListNotifier
+) -> AsyncGenerator[_Uvicorn]:
+    """uvicorn on ``sock`` in the background; asks it to stop when the block ends. Clients'
+    listen streams are ended when it stops (``notifier.end_streams``)."""
     config = uvicorn.Config(
         app,
         log_level="warning",
@@ -242,7 +253,8 @@ async def _serving(app: Starlette, sock: socket.socket) -> AsyncGenerator[_Uvico
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         server_header=False,
     )
-    server = _Uvicorn(config)
+    server = _Uvicorn(config, stopping=notifier.end_streams)
+    notifier.resume_streams()
     async with anyio.create_task_group() as group:
         group.start_soon(server.serve, [sock])
         with anyio.fail_after(START_TIMEOUT_S):
@@ -264,7 +276,7 @@ async def running_http(
     """Serve ``gateway`` in the background; yields the base URL (``port=0``: a free port)."""
     with contextlib.closing(listen_socket(host, port)) as sock:
         app = create_app(gateway, authenticate=authenticate, host=host)
-        async with _serving(app, sock):
+        async with _serving(app, sock, gateway.server.notifier):
             yield base_url(sock)
 
 
@@ -286,7 +298,7 @@ async def serve_http(
     with contextlib.closing(listen_socket(host, port)) as sock:
         async with open_gateway(settings, pool=pool, llm_api_key=llm_api_key) as gateway:
             app = create_app(gateway, authenticate=authenticate, host=host)
-            async with _serving(app, sock) as server:
+            async with _serving(app, sock, gateway.server.notifier) as server:
                 if ready is not None:
                     ready(base_url(sock))
                 await server.stopped.wait()  # uvicorn stops on SIGINT/SIGTERM

@@ -5,6 +5,7 @@
     server = Server(..., on_subscriptions_listen=notifier.listen_handler(scope_of_ctx))
     await notifier.tools_changed(scope)        # only the clients of that caller
     await notifier.tools_changed()             # every client (upstream tools changed)
+    notifier.end_streams()                     # the HTTP server stops: let go of clients
 
 2025-11-25 sessions get ``notifications/tools/list_changed`` on their standalone stream;
 2026-07-28 clients ``subscriptions/listen`` and get ``tools_list_changed`` events. Each
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import mcp_types
+from mcp import MCPError
 from mcp.server import ServerRequestContext
 from mcp.server.connection import Connection
 from mcp.server.subscriptions import ListenHandler, ServerEvent, ToolsListChanged
@@ -67,6 +69,7 @@ class ToolListNotifier:
     def __init__(self) -> None:
         self._sessions: weakref.WeakKeyDictionary[Connection, Scope] = weakref.WeakKeyDictionary()
         self._buses: dict[Scope, tuple[ScopeBus, ListenHandler]] = {}
+        self._ending = False
 
     def track(self, ctx: Context, scope: Scope) -> None:
         """Remember a session-era connection that has listed or called tools, and its caller."""
@@ -83,9 +86,24 @@ class ToolListNotifier:
         async def listen(
             ctx: Context, params: mcp_types.SubscriptionsListenRequestParams
         ) -> mcp_types.SubscriptionsListenResult:
+            if self._ending:
+                raise MCPError(mcp_types.INTERNAL_ERROR, "The server is shutting down")
             return await self._handler_for(scope_of(ctx))(ctx, params)
 
         return listen
+
+    def end_streams(self) -> None:
+        """End every listen stream gracefully, and refuse new ones until ``resume_streams``.
+
+        A listen stream lasts as long as its client: an HTTP server that is stopping would
+        otherwise wait its whole graceful-shutdown time for the clients to leave."""
+        self._ending = True
+        for _, handler in self._buses.values():
+            handler.close()
+
+    def resume_streams(self) -> None:
+        """Serve listen streams again (the HTTP server started)."""
+        self._ending = False
 
     def scopes(self) -> set[Scope]:
         """The callers that have a session or a listen stream open now."""
