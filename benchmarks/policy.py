@@ -60,8 +60,13 @@ def _settings(url: str, rules: int) -> Settings:
     )
 
 
+def _grants_per_principal(total: int) -> int:
+    """At least two, so that every principal has a ``file_write`` grant (the odd ones)."""
+    return max(2, total // PRINCIPALS)
+
+
 async def _fill_grants(grants: GrantService, total: int) -> None:
-    per = max(1, total // PRINCIPALS)
+    per = _grants_per_principal(total)
     for p in range(PRINCIPALS):
         scope = Scope("bench", "main", f"user{p}")
         for g in range(per):
@@ -97,7 +102,7 @@ async def run(url: str, n: int, rules: int, total_grants: int) -> dict[str, Any]
             granted: list[float] = []
             for i in range(n):
                 if i % 5 == 0:  # ask rule, covered by a grant with a path prefix
-                    g = rng.randrange(1, 100, 2)
+                    g = rng.randrange(1, _grants_per_principal(total_grants), 2)
                     server, tool = "files", "write_file"
                     arguments: dict[str, Any] = {"path": f"/data/u7/{g}/notes.txt", "content": "x"}
                     bucket = granted
@@ -117,7 +122,7 @@ async def run(url: str, n: int, rules: int, total_grants: int) -> dict[str, Any]
         "backend": db.dialect,
         "calls": n,
         "rules": rules + 2,
-        "active_grants": total_grants,
+        "active_grants": _grants_per_principal(total_grants) * PRINCIPALS,
         "per_call_p50_us": round(_pct(every, 50), 1),
         "per_call_p95_us": round(_pct(every, 95), 1),
         "memory_p50_us": round(_pct(sorted(memory), 50), 1),

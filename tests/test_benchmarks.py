@@ -1,0 +1,44 @@
+"""The quick benchmarks still run at small sizes and print the JSON their notes quote."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def run_benchmark(name: str, *arguments: str) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / name), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("grants", ["10", "1000"])
+def test_the_policy_benchmark_times_grant_checks_with_few_or_many_grants(grants: str) -> None:
+    printed = run_benchmark("policy.py", "--n", "300", "--rules", "50", "--grants", grants)
+    assert printed["calls"] == 300
+    assert printed["active_grants"] == max(200, int(grants))
+    for key in ("per_call_p50_us", "memory_p50_us", "grant_p50_us"):
+        assert isinstance(printed[key], float)
+        assert printed[key] > 0
+
+
+def test_the_curation_names_benchmark_gives_every_owner_a_name() -> None:
+    printed = run_benchmark(
+        "curation_names.py", "--owners", "50", "--taken", "100", "--repeat", "1"
+    )
+    assert (printed["owners"], printed["taken"]) == (50, 100)
+    # the first gets the name itself; the taken _2.._11 are skipped: the other 49 end at _60
+    assert printed["max_suffix"] == 60
+    assert isinstance(printed["search_ms"], float)
