@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 CLAIMED_KIND = "client_run:claimed"
 # A request holds its claims at most this long (100 captures take ~2 s); an older claim
 # belongs to a request that died.
-CLAIM_LEASE_S = 60.0
+CLAIM_LEASE_S = 30.0
 
 Owner = tuple[str, str, str | None]  # org, project, user
 _COLUMNS = (
