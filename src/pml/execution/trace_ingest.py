@@ -86,7 +86,6 @@ class _Batch:
 
     scope: Scope
     client: ClientCaller | None
-    token: datetime
     claimed: dict[str, StoredState]
     marked: set[str]
     rows: list[TraceRow]
@@ -173,22 +172,22 @@ class TraceIngest:
         marked = await self._claims.claim_new(scope, offline, now, ttl_s=OFFLINE_CLAIM_TTL_S)
         rows: list[TraceRow] = []
         reused = self._owners.setdefault(scope, {})
-        batch = _Batch(scope, client, now, claimed, set(marked), rows, reused)
-        pending = [(i, t) for i, t in valid.items() if results[i] is None]
+        batch = _Batch(scope, client, claimed, set(marked), rows, reused)
+        to_process = [(i, t) for i, t in valid.items() if results[i] is None]
         processed, written = 0, set[str]()
         try:
-            for index, trace in pending:
+            for index, trace in to_process:
                 results[index] = await self._one(batch, trace)
                 processed += 1
         finally:
             ours = claimed.keys() | marked.keys()
-            done = [t.workflowId for _, t in pending[:processed] if t.workflowId in ours]
-            left = [t.workflowId for _, t in pending[processed:]]
+            done = [t.workflowId for _, t in to_process[:processed] if t.workflowId in ours]
+            left = [t.workflowId for _, t in to_process[processed:]]
             with anyio.CancelScope(shield=True):  # a cancelled request still ends its claims
                 await self._claims.release(scope, [w for w in left if w in claimed], now)
                 await self._claims.drop(scope, [w for w in left if w in marked], now)
                 written = await self._claims.finish(scope, rows, done, now)
-        for index, trace in pending[:processed]:
+        for index, trace in to_process[:processed]:
             if trace.workflowId in ours and trace.workflowId not in written:
                 results[index] = _pending(trace, PENDING_RETRY_S)  # ended by its new claimer
         return [result for result in results if result is not None]
