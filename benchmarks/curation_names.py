@@ -50,7 +50,7 @@ def run(owners: int, taken: int) -> tuple[float, float, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--owners", type=int, default=200)
     parser.add_argument("--taken", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=5)

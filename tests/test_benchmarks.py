@@ -30,8 +30,9 @@ def test_the_policy_benchmark_times_grant_checks_with_few_or_many_grants(grants:
     assert printed["calls"] == 300
     assert printed["active_grants"] == max(200, int(grants))
     for key in ("per_call_p50_us", "memory_p50_us", "grant_p50_us"):
-        assert isinstance(printed[key], float)
-        assert printed[key] > 0
+        value = printed[key]
+        assert isinstance(value, float)
+        assert value > 0
 
 
 def test_the_curation_names_benchmark_gives_every_owner_a_name() -> None:

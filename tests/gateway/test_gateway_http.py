@@ -287,6 +287,7 @@ async def test_a_listening_client_does_not_hold_the_server_open_when_it_stops(
     headers = {"Authorization": f"Bearer {key}"}
     events: list[object] = []
     listening, ended = anyio.Event(), anyio.Event()
+    stopped_in = float("inf")
 
     async def listen(url: str) -> None:
         async with (
