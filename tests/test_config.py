@@ -166,6 +166,10 @@ def test_unknown_keys_are_rejected_with_their_path(tmp_path: Path, toml: str, fi
         ('[policy]\nmode = "lenient"\n', "policy.mode"),
         ('[llm]\nbase_url = "http://localhost:11434/v1"\n', "llm.model"),
         ('[servers.web]\nurl = "ftp://example.com"\n', "servers.web.url"),
+        ("[routing]\ntrace_claim_lease_s = 0.5\n", "routing.trace_claim_lease_s"),
+        ("[routing]\ntrace_claim_lease_s = 1e9\n", "routing.trace_claim_lease_s"),
+        ('[routing]\ntrace_claim_lease_s = "soon"\n', "routing.trace_claim_lease_s"),
+        ("[routing]\ntrace_claim_lease_s = nan\n", "routing.trace_claim_lease_s"),
     ],
 )
 def test_schema_violations_name_the_field_path(tmp_path: Path, toml: str, field: str) -> None:

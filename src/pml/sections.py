@@ -19,6 +19,9 @@ class RoutingSettings(BaseModel):
     local: list[str] = Field(default_factory=list[str])
     # How long code handed to a PML client (execute_locally) waits for the client's trace.
     workflow_ttl_s: float = Field(default=3600.0, gt=0, le=7 * 86400)
+    # How long a trace ingest request may hold a workflow before another request takes it
+    # over (the holder is presumed dead); raise it when capturing a batch is slow.
+    trace_claim_lease_s: float = Field(default=30.0, ge=1, le=3600)
 
 
 class SandboxSettings(BaseModel):

@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import asyncpg  # pyright: ignore[reportMissingTypeStubs]
 import httpx
 import pytest
 import sqlalchemy as sa
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from sqlalchemy.engine import make_url
 
 from e2e.support import (
     PML,
@@ -42,7 +44,7 @@ from e2e.support import (
 )
 from pml.storage.database import Database
 from pml.storage.tables import capability_records as records
-from pml.storage.tables import execution_traces
+from pml.storage.tables import execution_traces, workflow_state
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.anyio]
 
@@ -80,14 +82,17 @@ def files_server(npm_deps: NpmDeps, tmp_path: Path) -> tuple[Upstream, Path]:
     return servers["filesystem"], folder
 
 
-def shared_gateway(tmp_path: Path, database_url: str, *, ttl_s: float = 3600.0) -> Shared:
+def shared_gateway(
+    tmp_path: Path, database_url: str, *, ttl_s: float = 3600.0, lease_s: float = 30.0
+) -> Shared:
     (tmp_path / "server").mkdir()
+    routing = {"local": ["filesystem"], "workflow_ttl_s": ttl_s, "trace_claim_lease_s": lease_s}
     config = write_config(
         tmp_path / "server" / "pml.toml",
         [],
         database_url=database_url,
         expose_upstream=False,
-        extra={"routing": {"local": ["filesystem"], "workflow_ttl_s": ttl_s}},
+        extra={"routing": routing},
     )
     key = create_key(config, "acme", "web", "alice")["key"]
     other = create_key(config, "globex", "web", "bob")["key"]
@@ -106,11 +111,11 @@ def client_config(tmp_path: Path, filesystem: Upstream) -> Path:
 
 
 def two_sides(
-    tmp_path: Path, database_url: str, files_server: tuple[Upstream, Path]
+    tmp_path: Path, database_url: str, files_server: tuple[Upstream, Path], **gateway: float
 ) -> tuple[Shared, Path, str, Path]:
     """The shared gateway, the client's config, the note it reads, its trace queue."""
     filesystem, folder = files_server
-    shared = shared_gateway(tmp_path, database_url)
+    shared = shared_gateway(tmp_path, database_url, **gateway)
     config = client_config(tmp_path, filesystem)
     return shared, config, str(folder / "note.txt"), tmp_path / "q.sqlite3"
 
@@ -330,3 +335,52 @@ async def test_an_expired_workflow_creates_nothing(tmp_path: Path, postgres_url:
         assert (await capabilities(shared))["total"] == 0
     assert await capability_count(postgres_url, "acme") == 0
     assert await trace_rows(postgres_url) == {}
+
+
+async def test_a_gateway_killed_in_the_middle_of_a_batch_loses_no_trace(
+    tmp_path: Path, postgres_url: str, files_server: tuple[Upstream, Path]
+) -> None:
+    shared, config, note, queue = two_sides(tmp_path, postgres_url, files_server, lease_s=2.0)
+    database = make_url(postgres_url)
+    blocker: Any = await asyncpg.connect(  # pyright: ignore[reportUnknownMemberType]
+        host=database.host, port=database.port or 5432, user=database.username,
+        database=database.database,
+    )  # fmt: skip
+    try:
+        async with pml_connect(config, shared, queue, tmp_path / "c.log") as pc:
+            with pml_http(shared.config, shared.log, port=shared.port) as gateway:
+                # Trace rows cannot be written: the ingest claims, captures, then waits.
+                await blocker.execute("BEGIN; LOCK TABLE execution_traces IN EXCLUSIVE MODE")
+                answer = await execute(pc.client, read_snippet(note, "killed"))
+                await wait_for_claim(postgres_url, answer["workflowId"])
+                gateway.process.kill()  # SIGKILL, in the middle of that request
+                gateway.process.wait(timeout=10)
+                await blocker.execute("ROLLBACK")
+            started = anyio.current_time()
+            with pml_http(shared.config, shared.log, port=shared.port):
+                await wait_for_traces(postgres_url, 1)
+                learned_in = anyio.current_time() - started
+                listed = await capabilities(shared)
+    finally:
+        await blocker.close()
+    assert await trace_rows(postgres_url) == {answer["workflowId"]: 1}
+    assert listed["total"] == 1
+    assert await capability_count(postgres_url, "acme") == 1
+    assert learned_in < 20, learned_in  # the lease (2 s) and a retry, not the default 30 s
+
+
+async def wait_for_claim(database_url: str, workflow_id: str) -> None:
+    """Poll until an ingest request holds the workflow (bounded)."""
+    db = await Database.open(database_url)
+    query = sa.select(workflow_state.c.kind).where(workflow_state.c.workflow_id == workflow_id)
+    deadline = anyio.current_time() + ARRIVAL_TIMEOUT_S
+    try:
+        while True:
+            async with db.read() as conn:
+                kind = (await conn.execute(query)).scalar()
+            if kind == "client_run:claimed":
+                return
+            assert anyio.current_time() < deadline, f"workflow {workflow_id} never claimed: {kind}"
+            await anyio.sleep(0.1)
+    finally:
+        await db.close()

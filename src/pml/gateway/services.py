@@ -128,6 +128,7 @@ async def open_executor(
                 CaptureService(registry, recorder),
                 auditor=policy.audit if policy is not None else None,
                 offline=offline,
+                claim_lease_s=settings.routing.trace_claim_lease_s,
             )
             yield service, recorder, traces
     finally:
