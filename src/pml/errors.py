@@ -28,6 +28,8 @@ result; the CLI prints one line and exits 1.
     ├── StorageError          STORAGE_ERROR
     ├── NotAvailable          NOT_AVAILABLE   (a tool whose service this gateway runs without)
     ├── Unauthorized          UNAUTHORIZED    (no valid API key: HTTP 401)
+    ├── Forbidden             FORBIDDEN       (the key's role may not do this: HTTP 403)
+    ├── AlreadyDecided        ALREADY_DECIDED (an approval a person has decided already)
     └── InternalError         INTERNAL_ERROR  (a bug: logged, generic message to the caller)
 
 Example::
@@ -159,6 +161,14 @@ class NotAvailable(PmlError):
 
 class Unauthorized(PmlError):
     code = "UNAUTHORIZED"
+
+
+class Forbidden(PmlError):
+    code = "FORBIDDEN"
+
+
+class AlreadyDecided(PmlError):
+    code = "ALREADY_DECIDED"
 
 
 class InternalError(PmlError):

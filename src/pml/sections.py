@@ -119,6 +119,12 @@ class PermissionsSettings(BaseModel):
     deny: list[str] = Field(default_factory=list[str])
     # How long a run waiting for approval can be resumed.
     approval_ttl_s: float = Field(default=900.0, gt=0)
+    # How long a tool call waits for the person's answer to an elicitation form before
+    # the run pauses for an approval out of band (`pml approvals approve`).
+    approval_wait_s: float = Field(default=300.0, gt=0, le=86_400)
+    # Let the agent's own continue_workflow {approved: true} approve (off: only a person
+    # can; `pml serve` warns at start when it is on).
+    agent_may_approve: bool = False
     # Lifetimes of grants issued by an approval: "once" (until used) and "session".
     once_grant_ttl_s: float = Field(default=900.0, gt=0)
     session_grant_ttl_s: float = Field(default=28_800.0, gt=0)

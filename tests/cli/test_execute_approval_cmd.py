@@ -50,15 +50,19 @@ def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Cli:
     return Cli(tmp_path)
 
 
-def test_a_paused_run_is_resumed_from_the_shell(cli: Cli) -> None:
+def test_a_paused_run_waits_for_a_person_even_when_resumed_from_the_shell(cli: Cli) -> None:
     paused = cli.json("what time is it", "--code", "-", stdin=SNIPPET)
     assert paused["status"] == "approval_required"
     [approval] = paused["approvals"]
     assert approval["tool"] == "time:get_current_time"
     assert approval["reason"] == "permissions.ask[0]:time:get_current_time"
-    done = cli.json("time", "--continue-workflow", paused["workflowId"], "--approve")
-    assert done["status"] == "success"
-    assert done["result"]["timezone"] == "UTC"
+    # The shell's --approve is the agent's resume: until a person decides, it still waits.
+    pending = cli.json("time", "--continue-workflow", paused["workflowId"], "--approve")
+    assert pending["status"] == "approval_required"
+    assert pending["pending"] is True
+    assert pending["workflowId"] == paused["workflowId"]
+    withdrawn = cli.run("time", "--continue-workflow", paused["workflowId"], "--deny")
+    assert_one_line_error(withdrawn, "PERMISSION_DENIED")
     again = cli.run("time", "--continue-workflow", paused["workflowId"], "--approve")
     assert_one_line_error(again, "NOT_FOUND")
 
@@ -67,6 +71,7 @@ def test_the_human_summary_says_what_waits_and_how_to_resume(cli: Cli) -> None:
     shown = cli.run("what time is it", "--code", "-", stdin=SNIPPET)
     assert shown.exit_code == 0, shown.stderr
     assert "approval required: time:get_current_time (time)" in shown.stdout
+    assert "pml approvals approve wf_" in shown.stdout
     assert "--continue-workflow wf_" in shown.stdout
 
 

@@ -19,7 +19,7 @@ from typer.testing import CliRunner, Result
 from clisupport import assert_one_line_error, isolate_cli
 from pml.cli import keys_cmd
 from pml.gateway.keys import ApiKeys
-from pml.registry.scope import Scope
+from pml.registry.scope import Principal, Scope
 from pml.storage.database import Database
 
 app = typer.Typer()
@@ -54,23 +54,93 @@ def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Cli:
 
 
 def authenticate(url: str, key: str) -> Scope | None:
-    async def body() -> Scope | None:
+    found = principal(url, key)
+    return found.scope if found is not None else None
+
+
+def principal(url: str, key: str) -> Principal | None:
+    async def body() -> Principal | None:
         db = await Database.open(url)
         try:
-            return await ApiKeys(db).authenticate(key)
+            return await ApiKeys(db).principal(key)
         finally:
             await db.close()
 
     return asyncio.run(body())
 
 
-def test_create_json_gives_exactly_key_org_project_user_and_id(cli: Cli) -> None:
+def test_create_json_gives_exactly_key_org_project_user_role_and_id(cli: Cli) -> None:
     created = cli.json("keys", "create", "--org", "acme", "--project", "webapp", "--user", "erwan")
 
-    assert set(created) == {"key", "org", "project", "user", "id"}
+    assert set(created) == {"key", "org", "project", "user", "role", "id"}
     assert (created["org"], created["project"], created["user"]) == ("acme", "webapp", "erwan")
+    assert created["role"] == "agent"
     assert created["key"].startswith("pml_")
     assert authenticate(cli.url, created["key"]) == Scope("acme", "webapp", "erwan")
+
+
+def test_create_with_role_admin_makes_an_admin_key(cli: Cli) -> None:
+    created = cli.json(
+        "keys", "create", "--org", "acme", "--project", "webapp", "--user", "ana", "--role", "admin"
+    )
+
+    assert created["role"] == "admin"
+    assert principal(cli.url, created["key"]) == Principal(
+        Scope("acme", "webapp", "ana"),
+        "admin",
+        key_id=created["id"],
+        key_prefix=created["key"][:12],
+    )
+    listed = cli.json("keys", "list")["items"]
+    assert [(item["id"], item["role"]) for item in listed] == [(created["id"], "admin")]
+
+
+def test_create_text_names_the_role_in_its_warning(cli: Cli) -> None:
+    result = cli.run("keys", "create", "--org", "acme", "--project", "webapp", "--role", "admin")
+
+    assert result.exit_code == 0, result.stderr
+    assert "role admin" in result.stderr
+    assert principal(cli.url, result.stdout.strip()) is not None
+
+
+@pytest.mark.parametrize(
+    "role", ["ADMIN", "root", "", "admin; DROP TABLE api_keys", "\u0430dmin", "x" * 5000]
+)
+def test_a_bad_role_is_a_one_line_invalid_input_and_creates_nothing(cli: Cli, role: str) -> None:
+    result = cli.run("keys", "create", "--org", "acme", "--project", "webapp", "--role", role)
+
+    line = assert_one_line_error(result, "INVALID_INPUT")
+    assert "Invalid role" in line
+    assert "agent, admin" in line
+    assert len(line) < 200
+    assert result.stdout == ""
+    assert cli.json("keys", "list") == {"items": []}
+
+
+def test_a_bad_role_with_json_is_a_json_error(cli: Cli) -> None:
+    result = cli.run(
+        "keys", "create", "--org", "acme", "--project", "p", "--role", "owner", "--json"
+    )
+
+    assert result.exit_code == 1
+    error = json.loads(result.stdout)["error"]
+    assert (error["code"], error["field"]) == ("INVALID_INPUT", "role")
+    assert cli.json("keys", "list") == {"items": []}
+
+
+def test_list_text_shows_each_keys_role(cli: Cli) -> None:
+    cli.json("keys", "create", "--org", "acme", "--project", "webapp", "--user", "erwan")
+    cli.json("keys", "create", "--org", "acme", "--project", "webapp", "--role", "admin")
+
+    result = cli.run("keys", "list")
+
+    assert result.exit_code == 0, result.stderr
+    header, *rows = [
+        line for line in result.stdout.splitlines() if "acme" in line or "role" in line
+    ]
+    assert "role" in header
+    assert ["agent" in rows[0], "admin" in rows[0]] == [True, False]
+    assert ["agent" in rows[1], "admin" in rows[1]] == [False, True]
 
 
 def test_create_without_user_gives_null_user_and_a_key_scope(cli: Cli) -> None:
@@ -114,6 +184,7 @@ def test_list_json_shows_prefixes_never_keys(cli: Cli) -> None:
         "org",
         "project",
         "user",
+        "role",
         "created_at",
         "revoked_at",
         "last_used_at",

@@ -1,4 +1,6 @@
-"""``GET /api/audit`` on a real uvicorn with API keys: tenants, paging, hostile parameters."""
+"""``GET /api/audit`` on a real uvicorn with API keys: tenants, roles, paging, hostile
+parameters. ``acme`` and ``globex`` are admin keys (every user's events of their project);
+``agent`` is an agent key of acme.webapp, for ``erwan`` (his own events only)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from pml.gateway.server import Gateway
 from pml.policy.audit import AuditLog
 from pml.registry.scope import Scope
 from pml.storage.audit_repo import AuditEntry, AuditRepository
+from pml.storage.tables import api_keys
 
 pytestmark = pytest.mark.anyio
 
@@ -29,6 +32,7 @@ class Served:
     gateway: Gateway
     acme: str
     globex: str
+    agent: str
 
     async def get(self, key: str | None, query: str = "") -> httpx.Response:
         headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
@@ -53,10 +57,11 @@ def entry(index: int, org: str = "acme", project: str = "webapp", **fields: Any)
 @pytest.fixture
 async def served(gateway: Gateway) -> AsyncGenerator[Served]:
     keys = ApiKeys(gateway.db)
-    acme = (await keys.create("acme", "webapp", user="erwan"))[0]
-    globex = (await keys.create("globex", "site", user="gina"))[0]
+    acme = (await keys.create("acme", "webapp", user="ana", role="admin"))[0]
+    globex = (await keys.create("globex", "site", user="gina", role="admin"))[0]
+    agent = (await keys.create("acme", "webapp", user="erwan"))[0]
     async with running_http(gateway) as url:
-        yield Served(url, gateway, acme, globex)
+        yield Served(url, gateway, acme, globex, agent)
 
 
 @pytest.mark.parametrize("key", [None, "pml_not-a-real-key-000000000000000000", "x" * 600])
@@ -186,3 +191,88 @@ async def test_events_of_an_audit_log_come_back_scrubbed(served: Served) -> None
     [item] = (await served.ok("?event=PERMISSION_DENIED"))["items"]
     assert item["details"] == {"args": {"api_key": "[REDACTED]"}}
     assert item["decided_by"] == "config:permissions.deny[0]"
+
+
+async def test_an_agent_key_sees_only_its_own_users_events(served: Served) -> None:
+    await served.insert(
+        entry(1, actor="erwan"),
+        entry(2, actor="lea", details={"plan": "lea only"}),
+        entry(3),  # no actor: a system event, an admin's to read
+        entry(4, actor="pml"),
+        entry(5, actor="erwan", event="PERMISSION_DENIED"),
+        entry(6, org="globex", project="site", actor="erwan"),
+        entry(7, project="other", actor="erwan"),
+        entry(8, actor="Erwan"),
+        entry(9, actor="erwan%"),
+    )
+
+    mine = await served.ok(key=served.agent)
+
+    assert [item["details"]["n"] for item in mine["items"]] == [1, 5]
+    assert {item["actor"] for item in mine["items"]} == {"erwan"}
+    assert "lea only" not in str(mine)
+    # the filters narrow what the key sees, never widen it
+    denied = await served.ok("?event=PERMISSION_DENIED&event=TOOL_CALL_END", key=served.agent)
+    assert [item["details"]["n"] for item in denied["items"]] == [1, 5]
+    assert (await served.ok("?after_id=1", key=served.agent))["next_after_id"] == 5
+    for query in ("?actor=lea", "?user=lea", "?role=admin"):
+        assert (await served.get(served.agent, query)).status_code == 400
+
+
+async def test_an_admin_key_sees_every_users_events_of_its_project_only(served: Served) -> None:
+    await served.insert(
+        entry(1, actor="erwan"),
+        entry(2, actor="lea"),
+        entry(3),
+        entry(4, org="globex", project="site", actor="ana"),
+        entry(5, project="other", actor="ana"),
+    )
+
+    every = await served.ok(key=served.acme)
+    globex = await served.ok(key=served.globex)
+
+    assert [item["details"]["n"] for item in every["items"]] == [1, 2, 3]
+    assert [item["details"]["n"] for item in globex["items"]] == [4]
+
+
+async def test_an_agent_sees_the_events_its_requests_recorded(served: Served) -> None:
+    log = AuditLog(served.gateway.db, None)
+    log.emit("TOOL_CALL_END", scope=Scope("acme", "webapp", "erwan"), details={"n": 1})
+    log.emit("TOOL_CALL_END", scope=Scope("acme", "webapp", "lea"), details={"n": 2})
+    await log.flush()
+
+    mine = await served.ok(key=served.agent)
+    every = await served.ok(key=served.acme)
+
+    assert [item["details"] for item in mine["items"]] == [{"n": 1}]
+    assert [item["details"] for item in every["items"]] == [{"n": 1}, {"n": 2}]
+
+
+async def test_an_authenticator_returning_a_bare_scope_is_treated_as_an_agent(
+    gateway: Gateway,
+) -> None:
+    async def scope_only(token: str) -> Scope | None:
+        return Scope("acme", "webapp", "erwan") if token == "pml_token-of-an-older-kind" else None
+
+    await AuditRepository(gateway.db).insert_many([entry(1, actor="erwan"), entry(2, actor="lea")])
+    async with running_http(gateway, authenticate=scope_only) as url:
+        served = Served(url, gateway, "pml_token-of-an-older-kind", "", "")
+        page = await served.ok()
+        refused = await served.get("pml_another-token-0000000000")
+
+    assert [item["actor"] for item in page["items"]] == ["erwan"]
+    assert refused.status_code == 401
+
+
+async def test_a_key_whose_stored_role_is_unknown_gets_401(served: Served) -> None:
+    await served.insert(entry(1, actor="erwan"))
+    async with served.gateway.db.transaction() as conn:
+        await conn.execute(
+            api_keys.update().where(api_keys.c.user_id == "erwan").values(role="root")
+        )
+
+    response = await served.get(served.agent)
+
+    assert response.status_code == 401
+    assert "items" not in response.text
+    assert len((await served.ok())["items"]) == 1  # the admin key still works

@@ -1,4 +1,5 @@
-"""API keys on SQLite and PostgreSQL: a key fixes the scope, is stored hashed, and dies revoked."""
+"""API keys on SQLite and PostgreSQL: a key fixes the scope and role, is stored hashed, and
+dies revoked."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sqlalchemy as sa
 
 from pml.errors import InvalidInput, NotFound
 from pml.gateway.keys import ApiKeyRecord, ApiKeys
-from pml.registry.scope import Scope
+from pml.registry.scope import Principal, Scope
 from pml.storage.database import Database
 from pml.storage.keys_repo import SqlApiKeyRepository
 from pml.storage.tables import api_keys
@@ -215,8 +216,10 @@ async def test_hostile_tokens_never_authenticate(db: Database) -> None:
     ]
 
     results = [await keys.authenticate(token) for token in hostile]
+    principals = [await keys.principal(token) for token in hostile]
 
     assert results == [None] * len(hostile)
+    assert principals == [None] * len(hostile)
     assert await keys.authenticate(key) == Scope("acme", "webapp", "erwan")
 
 
@@ -261,6 +264,7 @@ async def test_listing_never_carries_the_key_or_its_hash(db: Database) -> None:
         "org": "acme",
         "project": "webapp",
         "user": "erwan",
+        "role": "agent",
         "created_at": T0.isoformat(),
         "revoked_at": None,
         "last_used_at": None,
@@ -274,3 +278,99 @@ async def test_listing_never_carries_the_key_or_its_hash(db: Database) -> None:
 async def test_list_filters_are_validated(db: Database) -> None:
     with pytest.raises(InvalidInput, match="Invalid org"):
         await ApiKeys(db).list(org="' OR 1=1 --")
+
+
+async def test_a_key_is_an_agent_unless_created_admin(db: Database) -> None:
+    keys = ApiKeys(db)
+    agent_key, agent = await keys.create("acme", "webapp", user="erwan")
+    admin_key, admin = await keys.create("acme", "webapp", user="ana", role="admin")
+
+    assert (agent.role, admin.role) == ("agent", "admin")
+    assert [(r.id, r.role) for r in await keys.list()] == [(agent.id, "agent"), (admin.id, "admin")]
+    assert [row["role"] for row in await stored_rows(db)] == ["agent", "admin"]
+    assert [r.to_dict()["role"] for r in await keys.list()] == ["agent", "admin"]
+    assert await keys.authenticate(admin_key) == Scope("acme", "webapp", "ana")
+    assert await keys.authenticate(agent_key) == Scope("acme", "webapp", "erwan")
+
+
+async def test_principal_gives_the_scope_role_and_which_key(db: Database) -> None:
+    keys = ApiKeys(db)
+    admin_key, admin = await keys.create("acme", "webapp", user="ana", role="admin")
+    agent_key, agent = await keys.create("acme", "webapp")
+
+    found_admin = await keys.principal(admin_key)
+    found_agent = await keys.principal(agent_key)
+
+    assert found_admin == Principal(
+        Scope("acme", "webapp", "ana"), "admin", key_id=admin.id, key_prefix=admin_key[:12]
+    )
+    assert found_admin is not None
+    assert found_admin.is_admin
+    assert found_agent == Principal(
+        Scope("acme", "webapp", f"key:{agent.prefix}"),
+        "agent",
+        key_id=agent.id,
+        key_prefix=agent.prefix,
+    )
+    assert found_agent is not None
+    assert not found_agent.is_admin
+
+
+async def test_a_revoked_admin_key_is_no_principal(db: Database) -> None:
+    keys = ApiKeys(db)
+    key, record = await keys.create("acme", "webapp", user="ana", role="admin")
+    await keys.revoke(record.id)
+
+    assert await keys.principal(key) is None
+
+
+@pytest.mark.parametrize(
+    "role",
+    [
+        None,
+        1,
+        True,
+        ["admin"],
+        {"role": "admin"},
+        b"admin",
+        "",
+        " ",
+        "ADMIN",
+        "Admin",
+        " admin",
+        "admin ",
+        "admin\n",
+        "admin\x00",
+        "admin; DROP TABLE api_keys; --",
+        "' OR '1'='1",
+        "\u0430dmin",  # Cyrillic a
+        "ａｄｍｉｎ",  # fullwidth
+        "admin\u200b",  # zero-width space
+        "root",
+        "a" * 100_000,
+    ],
+    ids=lambda role: repr(role)[:30],
+)
+async def test_a_hostile_role_is_invalid_input_and_stores_nothing(
+    db: Database, role: object
+) -> None:
+    with pytest.raises(InvalidInput, match="Invalid role") as raised:
+        await ApiKeys(db).create("acme", "webapp", user="erwan", role=role)  # type: ignore[arg-type]
+
+    assert raised.value.data.get("field") == "role"
+    assert len(raised.value.message) < 200
+    assert await stored_rows(db) == []  # the table is there, and empty
+
+
+@pytest.mark.parametrize("stored", ["root", "ADMIN", "", "superadmin"])
+async def test_a_stored_role_that_is_not_known_authenticates_as_nothing(
+    db: Database, stored: str
+) -> None:
+    keys = ApiKeys(db)
+    key, record = await keys.create("acme", "webapp", user="erwan", role="admin")
+    async with db.transaction() as conn:
+        await conn.execute(api_keys.update().where(api_keys.c.id == record.id).values(role=stored))
+
+    assert await keys.principal(key) is None
+    assert await keys.authenticate(key) is None
+    assert [(r.id, r.role, r.active) for r in await keys.list()] == [(record.id, stored, True)]

@@ -83,6 +83,20 @@ class PolicyGateway:
         async with self.gateway.db.read() as conn:
             return [dict(row._mapping) for row in (await conn.execute(query)).all()]  # pyright: ignore[reportPrivateUsage]
 
+    async def decide(
+        self, workflow_id: object, decision: str = "once", *, by: str = "ana"
+    ) -> dict[str, Any]:
+        """A person's decision at the desk (what ``pml approvals approve`` does)."""
+        desk = self.gateway.policy.approvals.desk
+        return await desk.decide(
+            str(workflow_id),
+            decision,
+            org=SCOPE.org,
+            project=SCOPE.project,
+            decided_by=f"user:{by}",
+            actor=by,
+        )
+
     async def capabilities(self) -> int:
         await self.gateway.executor.flush()
         query = sa.select(sa.func.count()).where(capability_records.c.record_type == "capability")

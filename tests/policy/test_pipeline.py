@@ -34,10 +34,15 @@ async def _pause(pg: PolicyGateway, **extra: object) -> dict[str, object]:
     return paused
 
 
-async def _continue(pg: PolicyGateway, workflow_id: object, **answer: object):
-    answer.setdefault("approved", True)
+async def _continue(
+    pg: PolicyGateway, workflow_id: object, *, approved: bool = True, grant: str = "once"
+):
+    """A person decides (``grant``) when the agent resumes with ``approved: true``; then the
+    agent's ``continue_workflow``."""
+    if approved:
+        await pg.decide(workflow_id, grant)
     return await pg.execute(
-        intent="approve", continue_workflow={"workflow_id": workflow_id, **answer}
+        intent="approve", continue_workflow={"workflow_id": workflow_id, "approved": approved}
     )
 
 
@@ -64,12 +69,19 @@ async def test_an_ask_pauses_before_the_call_and_approval_sends_each_call_once(
     paused = await _pause(pg)
     assert pg.sent("filesystem") == ["read_text_file", "list_directory"]
     [approval] = paused["approvals"]  # type: ignore[misc]
-    assert approval == {
+    assert {k: approval[k] for k in ("tool", "server", "capability", "args_summary", "rule")} == {
         "tool": "filesystem:write_file",
+        "server": "filesystem",
         "capability": "file_write",
         "args_summary": json.dumps({"content": "x", "path": "/w/copy.txt"}),
-        "reason": "default:ask:file_write",
+        "rule": "default:ask:file_write",
     }
+    assert [a["name"] for a in approval["arguments"]] == ["path", "content"]
+    assert (approval["user"], approval["intent"], approval["status"]) == (
+        "erwan",
+        "file_edit",
+        "pending",
+    )
     assert await pg.capabilities() == 0
     is_error, done = await _continue(pg, paused["workflowId"])
     assert is_error is False, done
@@ -83,7 +95,7 @@ async def test_an_ask_pauses_before_the_call_and_approval_sends_each_call_once(
     ]
     assert replayed == ["filesystem:read_text_file", "filesystem:list_directory"]
     [granted] = await pg.events("PERMISSION_GRANTED")
-    assert granted["decided_by"] == "user:erwan"
+    assert granted["decided_by"] == "user:ana"  # the person, not the agent's user
     assert granted["details"]["max_uses"] == 1
 
 
@@ -104,10 +116,12 @@ async def test_a_refusal_ends_the_workflow_and_captures_nothing(pg: PolicyGatewa
     is_error, refused = await _continue(pg, paused["workflowId"], approved=False)
     assert is_error is True
     assert refused["error"]["code"] == "PERMISSION_DENIED"
-    assert "refused by erwan" in refused["error"]["message"]
+    assert "withdrawn by erwan" in refused["error"]["message"]
     assert await pg.capabilities() == 0
     assert pg.sent("filesystem") == ["read_text_file", "list_directory"]
-    is_error, again = await _continue(pg, paused["workflowId"])
+    is_error, again = await pg.execute(
+        intent="approve", continue_workflow={"workflow_id": paused["workflowId"], "approved": True}
+    )
     assert again["error"]["code"] == "NOT_FOUND"
     denials = await pg.events("PERMISSION_DENIED")
     assert [d["decided_by"] for d in denials] == ["user:erwan", "user:erwan"]
@@ -176,7 +190,12 @@ async def test_an_expired_approval_cannot_be_resumed(
     async with open_policy_gateway(permissions={"approval_ttl_s": 0.05}) as pg:
         paused = await _pause(pg)
         await anyio.sleep(0.2)
-        is_error, late = await _continue(pg, paused["workflowId"])
+        with pytest.raises(NotFound):  # too late for the person too
+            await pg.decide(paused["workflowId"])
+        is_error, late = await pg.execute(
+            intent="approve",
+            continue_workflow={"workflow_id": paused["workflowId"], "approved": True},
+        )
     assert is_error is True
     assert late["error"]["code"] == "NOT_FOUND"
     assert pg.sent("filesystem").count("write_file") == 0

@@ -32,7 +32,7 @@ def _differences(conn: sa.Connection) -> list[object]:
 async def test_a_blank_database_is_migrated_to_head_on_open(blank_url: str) -> None:
     db = await Database.open(blank_url)
     try:
-        assert await db.current_revision() == head_revision() == "0008"
+        assert await db.current_revision() == head_revision() == "0009"
         async with db.read() as conn:
             differences = await conn.run_sync(_differences)
         assert differences == []
@@ -229,5 +229,48 @@ async def test_upgrading_to_0008_keeps_workflow_states_unclaimed(blank_url: str)
         assert (found.workflow_id, found.kind, found.claimed_at) == ("wf_0001", "client_run", None)
         assert found.state == {"json": '{"code": "return 1"}'}
         assert found.expires_at == now
+    finally:
+        await db.close()
+
+
+async def test_upgrading_to_0009_makes_existing_keys_agents_and_approvals_undecided(
+    blank_url: str,
+) -> None:
+    from pml.storage.tables import api_keys, workflow_state
+
+    db = await Database.open(blank_url, migrate=False)
+    try:
+        await db.upgrade("0008")
+        now = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+        async with db.transaction() as conn:  # the columns 0008 has, no more
+            await conn.execute(
+                api_keys.insert().values(
+                    id="k1",
+                    key_hash="a" * 64,
+                    prefix="pml_abcdefgh",
+                    org="acme",
+                    project="webapp",
+                    user_id="erwan",
+                    created_at=now,
+                )
+            )
+            await conn.execute(
+                workflow_state.insert().values(
+                    workflow_id="wf_0002",
+                    kind="approval",
+                    org="acme",
+                    project="webapp",
+                    user_id="erwan",
+                    state={"json": "{}"},
+                    created_at=now,
+                    expires_at=now,
+                )
+            )
+        await db.upgrade()
+        async with db.read() as conn:
+            key = (await conn.execute(sa.select(api_keys))).one()
+            state = (await conn.execute(sa.select(workflow_state))).one()
+        assert (key.id, key.role) == ("k1", "agent")
+        assert (state.workflow_id, state.decision) == ("wf_0002", None)
     finally:
         await db.close()

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from pml.cli import (
+    approvals_cmd,
     audit_cmd,
     cap_cmd,
     connect_cmd,
@@ -59,6 +60,7 @@ cap_cmd.register(app)
 status_cmd.register(app)
 keys_cmd.register(app)
 perms_cmd.register(app)
+approvals_cmd.register(app)
 connect_cmd.register(app)
 audit_cmd.register(app)
 serve_cmd.register(app)

@@ -3,7 +3,7 @@
     pml execute "list the demo files" --code snippet.py --arg root=examples/demo
     echo 'return 1 + 1' | pml execute "add" --code - --json
     pml execute "read it again" --capability fs:read_json --arg path=b.json
-    pml execute "save notes" --continue-workflow wf_... --approve --grant session
+    pml execute "save notes" --continue-workflow wf_... --approve   # once a person approved
 
 It opens the configured gateway (database, upstream servers, sandbox) and calls the same
 tool an agent calls, so the answer, the capture and the errors are those of SPEC §5.
@@ -99,7 +99,9 @@ def _summary(answer: dict[str, Any]) -> None:
             typer.echo(f"approval required: {item.get('tool')} ({item.get('capability')})")
             typer.echo(f"  arguments: {item.get('args_summary')}")
         workflow = answer.get("workflowId")
-        typer.echo(f"resume: pml execute ... --continue-workflow {workflow} --approve | --deny")
+        state = "still waiting for" if answer.get("pending") else "needs"
+        typer.echo(f"this run {state} a person's approval: pml approvals approve {workflow}")
+        typer.echo(f"then resume: pml execute ... --continue-workflow {workflow} --approve")
         return
     if answer.get("status") == "suggestions":
         for item in answer.get("suggestions", []):

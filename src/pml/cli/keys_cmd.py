@@ -1,8 +1,14 @@
 """``pml keys create|list|revoke``: API keys for ``pml serve --http`` (SPEC §1, §11).
 
+    pml keys create --org acme --project webapp --user erwan              # an agent key
+    pml keys create --org acme --project webapp --user ana --role admin   # a person's key
+
 The key is printed once, by ``create``; only its hash is stored, so a lost key is revoked
-and replaced, never recovered. ``--json`` prints ``{"key", "org", "project", "user", "id"}``
-for ``create``, ``{"items": [...]}`` for ``list`` and the revoked key for ``revoke``.
+and replaced, never recovered. ``--role`` is ``agent`` (the default: the MCP surface and its
+own user's audit events) or ``admin`` (also approvals, every user's audit events of its
+org/project, the dashboard). ``--json`` prints ``{"key", "org", "project", "user", "role",
+"id"}`` for ``create``, ``{"items": [...]}`` (each with its ``role``) for ``list`` and the
+revoked key for ``revoke``.
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ def _print_records(records: list[ApiKeyRecord]) -> None:
     if not records:
         typer.echo("no API keys (create one with `pml keys create --org O --project P`)")
         return
-    table = Table("id", "prefix", "org", "project", "user", "created", "last used", "state")
+    table = Table("id", "prefix", "org", "project", "user", "role", "created", "last used", "state")
     for record in records:
         data = record.to_dict()
         table.add_row(
@@ -65,6 +71,7 @@ def _print_records(records: list[ApiKeyRecord]) -> None:
                     record.org,
                     record.project,
                     record.user or "-",
+                    record.role,
                     _when(data["created_at"]),
                     _when(data["last_used_at"]),
                     "active" if record.active else f"revoked {_when(data['revoked_at'])}",
@@ -87,11 +94,22 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option("--user", help="The user the key acts as (default: key:<prefix>)."),
         ] = None,
+        role: Annotated[
+            str,
+            typer.Option(
+                "--role",
+                metavar="agent|admin",
+                help="agent: the MCP surface and its own audit events; admin: also approvals, "
+                "every user's audit events, the dashboard.",
+            ),
+        ] = "agent",
         config: ConfigOption = None,
         as_json: JsonOption = False,
     ) -> None:
         """Create a key; it is printed once and only its hash is stored."""
-        key, record = _with_keys(ctx, config, as_json, lambda keys: keys.create(org, project, user))
+        key, record = _with_keys(
+            ctx, config, as_json, lambda keys: keys.create(org, project, user, role=role)
+        )
         if as_json:
             print_json(
                 {
@@ -99,6 +117,7 @@ def register(app: typer.Typer) -> None:
                     "org": record.org,
                     "project": record.project,
                     "user": record.user,
+                    "role": record.role,
                     "id": record.id,
                 }
             )
@@ -107,7 +126,7 @@ def register(app: typer.Typer) -> None:
         typer.echo(key)
         print(
             f"warning: this key will not be shown again; store it now "
-            f"(scope {record.org}.{record.project} as {who}, id {record.id}).",
+            f"(scope {record.org}.{record.project} as {who}, role {record.role}, id {record.id}).",
             file=sys.stderr,
         )
 

@@ -28,6 +28,10 @@ _HOST_PORT = re.compile(
 )
 
 MAX_ADDRESS = 300  # a DNS name is at most 253 characters
+AGENT_MAY_APPROVE_WARNING = (
+    "warning: [permissions] agent_may_approve = true: agents can approve their own risky "
+    "tool calls with continue_workflow; approvals are then not a person's decision"
+)
 
 
 def parse_host_port(value: str) -> tuple[str, int]:
@@ -71,6 +75,8 @@ def register(app: typer.Typer) -> None:
                 raise InvalidInput("give either --stdio or --http HOST:PORT, not both")
             address = parse_host_port(http) if http is not None else None
             settings = with_debug_routing(load_cli_settings(ctx, config), debug_routing)
+            if settings.permissions.agent_may_approve:
+                print(AGENT_MAY_APPROVE_WARNING, file=sys.stderr, flush=True)
             if address is None:
                 from pml.gateway.server import serve_stdio
 

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 import anyio
 import mcp_types
 from mcp import Client
+from mcp.client.session import ElicitationFnT
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 
@@ -78,8 +79,10 @@ class RemoteGateway:
         *,
         servers: Sequence[str] = (),
         on_tools_changed: ToolsChanged | None = None,
+        elicitation: ElicitationFnT | None = None,
     ) -> None:
         self.url = mcp_url(base_url)
+        self._elicitation = elicitation
         self._target = ServerSettings(url=self.url, headers=client_headers(api_key, servers))
         self._on_tools_changed = on_tools_changed
         self._client: Client | None = None
@@ -177,6 +180,7 @@ class RemoteGateway:
                         on_message=self._on_message,
                         on_closed=lost.set,
                         stderr=StderrTail("pml"),
+                        elicitation=self._elicitation,
                     )
                     await listen_for_tool_changes(stack, client)
                     connected, delay = True, RECONNECT_MIN_S

@@ -27,7 +27,7 @@ from pml.errors import ApprovalRequired, InvalidInput, PermissionDenied, PmlErro
 from pml.execution.answers import cached_analysis
 from pml.execution.caller import Budget, RunCaller
 from pml.execution.references import plan_references, upstream_tools
-from pml.policy.enforcer import PolicyEnforcer
+from pml.policy.enforcer import PolicyEnforcer, refusal_data
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityRegistry
 from pml.sandbox.base import SandboxEngine
@@ -185,7 +185,7 @@ async def _no_nesting(
 
 
 def _needs_grant(waiting: ApprovalRequired) -> PermissionDenied:
-    data = {key: value for key, value in waiting.data.items() if key != "args_digest"}
+    data = refusal_data(waiting)
     tool = data.get("tool") or "this tool"
     return PermissionDenied(
         f"{waiting.message}. pml connect cannot wait for an approval: allow {tool} on this "

@@ -26,6 +26,7 @@ from platformdirs import user_data_dir
 
 from pml import __version__
 from pml.client.connect import ConnectTools
+from pml.client.elicit_relay import ElicitationRelay
 from pml.client.remote import RemoteGateway, client_headers, mcp_url
 from pml.client.runner import LocalRunner
 from pml.client.syncer import TraceSyncer
@@ -59,8 +60,11 @@ def default_queue_path(server_url: str, api_key: str) -> Path:
     return Path(user_data_dir("pml")) / "traces" / f"{digest}.sqlite3"
 
 
-def build_connect_server(tools: ConnectTools, notifier: ToolListNotifier) -> GatewayServer:
-    """The MCP server the agent talks to (declares ``tools.listChanged``)."""
+def build_connect_server(
+    tools: ConnectTools, notifier: ToolListNotifier, relay: ElicitationRelay | None = None
+) -> GatewayServer:
+    """The MCP server the agent talks to (declares ``tools.listChanged``); ``relay`` passes
+    the gateway's approval forms on to the agent's client."""
     me = Scope("local", "connect", "agent")
 
     def scope_of_ctx(_ctx: Context) -> Scope:
@@ -76,6 +80,8 @@ def build_connect_server(tools: ConnectTools, notifier: ToolListNotifier) -> Gat
         ctx: Context, params: mcp_types.CallToolRequestParams
     ) -> mcp_types.CallToolResult:
         notifier.track(ctx, me)
+        if relay is not None:
+            relay.remember(ctx)
         return await tools.call_tool(params.name, params.arguments)
 
     server = GatewayServer(
@@ -135,7 +141,8 @@ async def serve_connect(
 ) -> None:
     """Serve the agent over stdio until it leaves or the process is told to stop."""
     servers = sorted(settings.servers)
-    remote = RemoteGateway(server_url, api_key, servers=servers)
+    relay = ElicitationRelay()
+    remote = RemoteGateway(server_url, api_key, servers=servers, elicitation=relay)
     base_url = remote.url.removesuffix("/mcp")
     queue = TraceQueue(queue_path or default_queue_path(server_url, api_key))
     import httpx
@@ -148,7 +155,7 @@ async def serve_connect(
         syncer = TraceSyncer(queue, base_url=base_url, api_key=api_key, http=http)
         tools = ConnectTools(remote, runner, syncer)
         remote.on_tools_changed(tools.gateway_changed)
-        server = build_connect_server(tools, ToolListNotifier())
+        server = build_connect_server(tools, ToolListNotifier(), relay)
         stopping = anyio.CancelScope()
         async with anyio.create_task_group() as group:
             group.start_soon(_stop_on_signal, stopping)

@@ -44,6 +44,7 @@ class ClientCaller:
 
 
 _current: ContextVar[ClientCaller | None] = ContextVar("pml_client_caller", default=None)
+_key: ContextVar[str | None] = ContextVar("pml_requesting_key", default=None)
 
 
 def current_client() -> ClientCaller | None:
@@ -51,13 +52,21 @@ def current_client() -> ClientCaller | None:
     return _current.get()
 
 
+def current_key() -> str | None:
+    """The display prefix of the API key making the current tool call (None: no key)."""
+    return _key.get()
+
+
 @contextmanager
-def calling_as(client: ClientCaller | None) -> Generator[None]:
-    """Mark the calls made inside the block as coming from ``client``."""
+def calling_as(client: ClientCaller | None, key: str | None = None) -> Generator[None]:
+    """Mark the calls made inside the block as coming from ``client`` with API key ``key``
+    (its display prefix: approvals show who asked)."""
     token = _current.set(client)
+    key_token = _key.set(key)
     try:
         yield
     finally:
+        _key.reset(key_token)
         _current.reset(token)
 
 

@@ -49,7 +49,7 @@ from pml.execution.references import Plan, plan_references, upstream_tools
 from pml.execution.suggest import suggestions
 from pml.execution.values import check_args, merged_args
 from pml.gateway.schemas import ExecuteParams
-from pml.policy.enforcer import PolicyEnforcer, RequestPolicy
+from pml.policy.enforcer import PolicyEnforcer, RequestPolicy, refusal_data
 from pml.registry import naming
 from pml.registry.fqdn import message_value
 from pml.registry.models import Resolved
@@ -150,9 +150,12 @@ class ExecuteService:
         if self._approvals is None or self._policy is None:
             raise NotAvailable("continue_workflow is not available in this gateway")
         request = await self._policy.begin(scope, params.intent, source="continue_workflow")
-        resume, journal = await self._approvals.resume(
+        outcome = await self._approvals.resume(
             scope, request, answer.workflow_id, approved=answer.approved, grant=answer.grant
         )
+        if isinstance(outcome, dict):  # nobody has decided yet: still waiting
+            return outcome
+        resume, journal = outcome
         intent = str(resume.get("intent") or params.intent)
         if resume.get("mode") == "tool":
             ref, args = str(resume.get("ref")), resume.get("args")
@@ -182,7 +185,7 @@ class ExecuteService:
         if self._approvals is None or request is None:
             raise PermissionDenied(
                 f"{waiting.message}, and this gateway cannot wait for approvals",
-                **{k: v for k, v in waiting.data.items() if k != "args_digest"},
+                **refusal_data(waiting),
             )
         return await self._approvals.pause(scope, request, waiting, budget, resume)
 

@@ -1,4 +1,4 @@
-"""``GET /api/audit``: the audit events of the caller's org and project (SPEC §10.6, §11).
+"""``GET /api/audit``: the audit events the caller's key may see (SPEC §10.6, §11).
 
     GET /api/audit?limit=100                     -> the newest 100 events, oldest first
     GET /api/audit?after_id=4711&event=POLICY_DENIED&event=PERMISSION_DENIED
@@ -7,6 +7,8 @@
          "next_after_id": 4790}                  # pass it back for what came after
 
 The API key fixes the org and project: no parameter can reach another tenant's events.
+Its role fixes whose: an ``agent`` key sees only the events recorded for its own user (the
+``actor`` column), an ``admin`` key every user's events of its org/project.
 Without ``after_id`` the newest ``limit`` events come back; with it, the first ``limit``
 events after that id, so paging never skips one. ``next_after_id`` is the last item's id
 (null when there are no items: ask again later with the same ``after_id``). Unknown or
@@ -25,8 +27,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from pml.errors import InvalidInput, PmlError, Unauthorized
-from pml.gateway.server import SCOPE_STATE_KEY
-from pml.registry.scope import Scope
+from pml.gateway.server import PRINCIPAL_STATE_KEY
+from pml.registry.scope import Principal
 from pml.storage.audit_repo import AuditRepository
 from pml.storage.database import Database
 
@@ -94,15 +96,17 @@ def audit_route(db: Database) -> Route:
     repo = AuditRepository(db)
 
     async def audit(request: Request) -> Response:
-        scope = getattr(request.state, SCOPE_STATE_KEY, None)
-        if not isinstance(scope, Scope):  # the middleware puts it there; never serve without
+        principal = getattr(request.state, PRINCIPAL_STATE_KEY, None)
+        if not isinstance(principal, Principal):  # the middleware puts it there; never without
             return _error(Unauthorized("Missing API key"), 401)
         try:
             query = parse_query(request.query_params)
         except InvalidInput as error:
             return _error(error, 400)
+        scope = principal.scope
+        actor = None if principal.is_admin else scope.user
         try:
-            rows = await repo.tail(org=scope.org, project=scope.project, **query)
+            rows = await repo.tail(org=scope.org, project=scope.project, actor=actor, **query)
         except PmlError as error:
             logger.warning("GET /api/audit failed: %s", error)
             return _error(error, 503)

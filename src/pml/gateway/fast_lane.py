@@ -76,6 +76,7 @@ class ToolCallLane:
         self._initialize_id: RequestId | None = None
         self._session_version: str | None = None
         self._in_flight: dict[RequestId, anyio.CancelScope] = {}
+        self._session_elicits = False
 
     def take(self, line: bytes, tasks: anyio.abc.TaskGroup) -> bool:
         """Whether the lane answers ``line`` (in a task of ``tasks``); else the server does."""
@@ -114,6 +115,7 @@ class ToolCallLane:
         if message["method"] == "initialize":
             self._era = "handshake"
             self._initialize_id = _request_id(message)
+            self._session_elicits = _declares_elicitation(message.get("params"), "capabilities")
         else:
             self._era = "modern"
 
@@ -148,6 +150,8 @@ class ToolCallLane:
         target = self._tools.pass_through_target(name)
         if target is None and not self._tools.is_gateway_tool(name):
             return False
+        if target is None and self._tools.may_wait(name) and self._elicits(params):
+            return False  # may ask the person (elicitation/create): the server's full path
         call_arguments = cast("dict[str, Any] | None", arguments)
         scope = anyio.CancelScope()
         self._in_flight[request_id] = scope
@@ -217,6 +221,12 @@ class ToolCallLane:
         body = ",".join(items)
         text = f'{{"jsonrpc":"2.0","id":{head},"result":{{"tools":[{body}]'
         return (text + (f",{tail}" if tail else "") + "}}").encode()
+
+    def _elicits(self, params: dict[str, Any]) -> bool:
+        """Whether the client of this call declared elicitation (session or this request)."""
+        if self._era == "session":
+            return self._session_elicits
+        return _declares_elicitation(params.get("_meta"), mcp_types.CLIENT_CAPABILITIES_META_KEY)
 
     def _version_of(self, message: dict[str, Any], params: dict[str, Any]) -> str | None:
         """The request's protocol version, or ``None`` when the server must see it."""
@@ -310,3 +320,11 @@ def _request_id(message: Mapping[str, Any]) -> RequestId | None:
 
 def _dump(message: dict[str, Any]) -> bytes:
     return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _declares_elicitation(holder: object, key: str) -> bool:
+    """Whether ``holder[key]`` is a client-capabilities object declaring elicitation."""
+    if not isinstance(holder, dict):
+        return False
+    found = cast("dict[str, Any]", holder).get(key)
+    return isinstance(found, dict) and "elicitation" in found

@@ -11,8 +11,10 @@
 Every request except ``GET /health`` needs ``Authorization: Bearer <api key>``. A missing,
 malformed, wrong or revoked key gets a 401 with ``{"error": {"code": "UNAUTHORIZED", ...}}``
 before anything else runs. A valid key's ``Scope`` is put on the request
-(``request.state.pml_scope``) for the MCP handlers, and the key's digest becomes the
-session owner, so a session opened with one key cannot be used with another.
+(``request.state.pml_scope``) for the MCP handlers, its ``Principal`` (scope, role ``agent``
+or ``admin``, key id) beside it (``request.state.pml_principal``) for the routes that
+depend on the role, and the key's digest becomes the session owner, so a session opened
+with one key cannot be used with another.
 """
 
 from __future__ import annotations
@@ -41,18 +43,19 @@ from starlette.types import Scope as AsgiScope
 
 from pml import __version__
 from pml.config import Settings
-from pml.gateway.approvals_api import approvals_route
+from pml.gateway.approvals_api import approvals_routes
 from pml.gateway.audit_api import audit_route
 from pml.gateway.capabilities_api import capabilities_routes
 from pml.gateway.notify import ToolListNotifier
-from pml.gateway.server import SCOPE_STATE_KEY, Gateway, open_gateway
+from pml.gateway.server import PRINCIPAL_STATE_KEY, SCOPE_STATE_KEY, Gateway, open_gateway
 from pml.gateway.traces_api import traces_route
-from pml.registry.scope import Scope
+from pml.registry.scope import Principal, Scope
 from pml.upstream.base import UpstreamPool
 
 logger = logging.getLogger(__name__)
 
-Authenticate = Callable[[str], Awaitable[Scope | None]]
+# A bare Scope (older or test authenticators) stands for an ``agent`` key of that scope.
+Authenticate = Callable[[str], Awaitable[Principal | Scope | None]]
 
 OPEN_PATHS = frozenset({"/health"})
 MAX_TOKEN_LENGTH = 512
@@ -87,20 +90,32 @@ class ApiKeyMiddleware:
             await unauthorized(problem)(scope, receive, send)
             return
         try:
-            principal = await self.authenticate(token)
+            found = await self.authenticate(token)
         except Exception:  # the key store failed: not the caller's fault, and not a pass
             logger.exception("API key check failed")
             body = {"error": {"code": "INTERNAL_ERROR", "message": "Could not check the API key"}}
             await JSONResponse(body, status_code=500)(scope, receive, send)
             return
+        principal = as_principal(found)
         if principal is None:
             await unauthorized("Invalid or revoked API key")(scope, receive, send)
             return
         state: dict[str, Any] = dict(scope.get("state") or {})
-        state[SCOPE_STATE_KEY] = principal
+        state[SCOPE_STATE_KEY] = principal.scope
+        state[PRINCIPAL_STATE_KEY] = principal
         scope["state"] = state
-        scope["user"] = _session_owner(token, principal)
+        scope["user"] = _session_owner(token, principal.scope)
         await self.app(scope, receive, send)
+
+
+def as_principal(found: object) -> Principal | None:
+    """What an authenticator returned as a ``Principal``: a bare ``Scope`` is an ``agent``;
+    anything else (None, or a value of another type) is no one."""
+    if isinstance(found, Principal):
+        return found
+    if isinstance(found, Scope):
+        return Principal(found, "agent")
+    return None
 
 
 def bearer_token(scope: AsgiScope) -> tuple[str | None, str]:
@@ -151,7 +166,7 @@ def create_app(
         from pml.gateway.keys import ApiKeys
 
         keys = ApiKeys(gateway.db)
-        authenticate = keys.authenticate
+        authenticate = keys.principal
 
     async def health(_request: Request) -> Response:
         upstream = [
@@ -163,7 +178,7 @@ def create_app(
     routes = [
         Route("/health", health, methods=["GET"]),
         audit_route(gateway.db),
-        approvals_route(gateway.executor, SCOPE_STATE_KEY),
+        *approvals_routes(gateway.policy.approvals.desk),
         *capabilities_routes(gateway.registry),
         traces_route(gateway.traces, SCOPE_STATE_KEY),
     ]

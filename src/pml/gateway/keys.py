@@ -1,14 +1,19 @@
-"""API keys for the HTTP gateway: each key fixes the org, project and user of a request.
+"""API keys for the HTTP gateway: each key fixes the org, project, user and role of a request.
 
 A key is ``pml_`` followed by 43 URL-safe random characters. Only its SHA-256 hex digest is
 stored, with the first 12 characters (``prefix``) kept to tell keys apart in listings; the
 key itself is returned once, by :meth:`ApiKeys.create`::
 
     keys = ApiKeys(db)
-    key, record = await keys.create("acme", "webapp", user="erwan")
+    key, record = await keys.create("acme", "webapp", user="erwan", role="admin")
     scope = await keys.authenticate(key)      # Scope("acme", "webapp", "erwan")
+    who = await keys.principal(key)           # Principal(scope, "admin", record.id, prefix)
     await keys.revoke(record.prefix)
     await keys.authenticate(key)              # None
+
+A key's role is ``agent`` (the default: the MCP surface, its own user's audit events) or
+``admin`` (also approvals, every user's audit events of its org/project, the dashboard). A
+stored role that is neither authenticates as nothing: unknown rights are no rights.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pml.errors import InvalidInput, NotFound, StorageError
-from pml.registry.scope import SCOPE_PART, Scope
+from pml.registry.scope import SCOPE_PART, Principal, Role, Scope, check_role
 from pml.storage.database import Database
 from pml.storage.keys_repo import Row, SqlApiKeyRepository, find_live_by_hash
 from pml.storage.types import utc_now
@@ -50,6 +55,8 @@ class ApiKeyRecord:
     org: str
     project: str
     user: str | None
+    # As stored: only "agent" and "admin" authenticate (a listing still shows any other).
+    role: str
     created_at: datetime
     revoked_at: datetime | None
     last_used_at: datetime | None
@@ -67,6 +74,7 @@ class ApiKeyRecord:
             "org": self.org,
             "project": self.project,
             "user": self.user,
+            "role": self.role,
             "created_at": self.created_at.isoformat(),
             "revoked_at": _iso(self.revoked_at),
             "last_used_at": _iso(self.last_used_at),
@@ -90,6 +98,7 @@ def _record(row: Row) -> ApiKeyRecord:
         org=row["org"],
         project=row["project"],
         user=row["user_id"],
+        role=str(row["role"]),
         created_at=row["created_at"],
         revoked_at=row["revoked_at"],
         last_used_at=row["last_used_at"],
@@ -104,6 +113,20 @@ def _check_filter(field: str, value: str | None) -> str | None:
     return value
 
 
+def _check_role(value: object) -> Role:
+    # check_role names the refused value; a long one is cut so the error stays one short line.
+    if isinstance(value, str) and len(value) > 40:
+        value = value[:40] + "..."
+    return check_role(value)
+
+
+def _known_role(value: str) -> Role | None:
+    try:
+        return check_role(value)
+    except InvalidInput:
+        return None
+
+
 class ApiKeys:
     """Create, authenticate, list and revoke API keys stored in the database."""
 
@@ -115,9 +138,10 @@ class ApiKeys:
         self._touched: dict[str, datetime] = {}
 
     async def create(
-        self, org: str, project: str, user: str | None = None
+        self, org: str, project: str, user: str | None = None, role: str = "agent"
     ) -> tuple[str, ApiKeyRecord]:
-        """A new key for ``org``/``project`` (and ``user``): shown here once, never stored."""
+        """A new key for ``org``/``project`` (``user``, ``role``): shown here once, never stored."""
+        checked_role = _check_role(role)
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         prefix = key[:PREFIX_LENGTH]
         # Scope validates org, project and user exactly as every request will see them.
@@ -128,6 +152,7 @@ class ApiKeys:
             org=org,
             project=project,
             user=user,
+            role=checked_role,
             created_at=self._clock(),
             revoked_at=None,
             last_used_at=None,
@@ -141,11 +166,17 @@ class ApiKeys:
                 project=project,
                 user_id=user,
                 created_at=record.created_at,
+                role=checked_role,
             )
         return key, record
 
     async def authenticate(self, token: object) -> Scope | None:
         """The scope a live key grants, or None for anything else (never raises on input)."""
+        principal = await self.principal(token)
+        return principal.scope if principal is not None else None
+
+    async def principal(self, token: object) -> Principal | None:
+        """Who a live key is (scope, role, key id and prefix), or None for anything else."""
         if not isinstance(token, str) or not KEY_SHAPE.fullmatch(token):
             return None
         digest = hash_key(token)
@@ -153,8 +184,13 @@ class ApiKeys:
         if row is None or not hmac.compare_digest(str(row["key_hash"]), digest):
             return None
         record = _record(row)
+        role = _known_role(record.role)
+        if role is None:
+            logger.warning("API key %s has an unknown role; refused", record.prefix)
+            return None
         await self._touch(record)
-        return Scope(record.org, record.project, record.user or f"key:{record.prefix}")
+        scope = Scope(record.org, record.project, record.user or f"key:{record.prefix}")
+        return Principal(scope, role, key_id=record.id, key_prefix=record.prefix)
 
     async def list(self, org: str | None = None, project: str | None = None) -> list[ApiKeyRecord]:
         """Every key, oldest first, optionally of one org and/or project."""

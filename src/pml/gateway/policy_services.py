@@ -3,6 +3,7 @@
     async with open_policy(settings, db, llm) as policy:
         policy.enforcer      # the one enforcement point (router, gate, rules, grants, audit)
         policy.approvals     # pauses runs that need approval, resumes approved ones
+        policy.approvals.desk  # where a person decides them (CLI, REST, elicitation)
         policy.audit         # the audit log (file + table), flushed at exit
         policy.purges        # clean-up jobs for the post-hook (expired grants and workflows)
 
@@ -23,6 +24,7 @@ from typing import Any, TextIO
 import anyio
 
 from pml.config import Settings, audit_file_path
+from pml.execution.approval_desk import ApprovalDesk
 from pml.execution.approvals import ApprovalFlow
 from pml.llm import JsonCompleter
 from pml.policy.audit import AuditLog
@@ -107,9 +109,11 @@ async def open_policy(
     )
     enforcer = build_enforcer(settings, audit, grants, llm)
     workflows = WorkflowStateStore(db)
-    approvals = ApprovalFlow(workflows, grants, enforcer, settings.permissions)
+    desk = ApprovalDesk(workflows, grants, audit, settings.permissions)
+    approvals = ApprovalFlow(workflows, desk, enforcer, settings.permissions)
     purges: dict[str, Callable[[], Awaitable[int]]] = {
         "grants": grants.purge_expired,
+        "approvals": desk.purge_expired,  # before "workflows": expired approvals are audited
         "workflows": workflows.purge_expired,
     }
     async with audit.running(), _purging(purges, PURGE_INTERVAL_S):

@@ -38,7 +38,8 @@ class ExecuteOptions(_Params):
 class ContinueWorkflow(_Params):
     workflow_id: Text
     approved: bool
-    # How long the approval holds: this call only, the session, or always (SPEC §10.4).
+    # The grant to issue when the agent may approve ([permissions] agent_may_approve);
+    # otherwise a person's decision chooses it and this is ignored (SPEC §10.5).
     grant: Literal["once", "session", "always"] = "once"
 
 
@@ -119,10 +120,12 @@ DOCS: dict[str, str] = {
     "routing": "Explicit routing override: local or cloud.",
     "options": "Execution options.",
     "timeout_ms": "Wall-time limit of the run, in milliseconds.",
-    "continue_workflow": "Resume a workflow that was waiting for approval.",
+    "continue_workflow": (
+        "Resume a workflow that waited for a person's approval (only once a person decided)."
+    ),
     "workflow_id": "The workflowId of the approval_required answer.",
-    "approved": "true to approve, false to refuse.",
-    "grant": "once (this call), session (this tool for a while) or always.",
+    "approved": "true to resume once a person approved; false withdraws the request.",
+    "grant": "once, session or always: used only where the gateway lets agents approve.",
     "limit": "Maximum number of results.",
     "kind": "tool, capability or all.",
     "min_score": "Drop results scoring below this (0 to 1).",

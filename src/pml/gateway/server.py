@@ -32,6 +32,7 @@ from pml import __version__
 from pml.config import Settings
 from pml.errors import InvalidInput, PmlError, Unauthorized
 from pml.execution.clients import ClientCaller, calling_as, client_from_headers
+from pml.gateway.approval_edge import ApprovalEdge
 from pml.gateway.capability_tools import CapabilityToolCatalog
 from pml.gateway.fast_lane import ToolCallLane
 from pml.gateway.handlers import service_handlers
@@ -49,7 +50,7 @@ from pml.gateway.stdio import claim_stdio, serve_on_pipes
 from pml.gateway.tools import Executor, GatewayTools
 from pml.gateway.watch import ToolListWatcher
 from pml.llm import open_llm
-from pml.registry.scope import Scope
+from pml.registry.scope import Principal, Scope
 from pml.registry.service import CapabilityRegistry
 from pml.registry.tools import CapTools
 from pml.storage.database import Database
@@ -65,6 +66,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SCOPE_STATE_KEY = "pml_scope"
+# The authenticated ``Principal`` (scope, key role, key id) of an HTTP request.
+PRINCIPAL_STATE_KEY = "pml_principal"
 INSTRUCTIONS = (
     "PML is a gateway to many MCP servers that learns reusable capabilities. Use pml_discover "
     "to find tools and capabilities for an intent, pml_execute to run a Python snippet that "
@@ -113,10 +116,22 @@ def caller_client(ctx: Context) -> ClientCaller | None:
     return client_from_headers(cast(Mapping[str, str], headers))
 
 
+def caller_key(ctx: Context) -> str | None:
+    """The display prefix of the API key of the request (None over stdio/in-process)."""
+    state = getattr(ctx.request, "state", None)
+    principal = getattr(state, PRINCIPAL_STATE_KEY, None)
+    return principal.key_prefix if isinstance(principal, Principal) else None
+
+
 def build_server(
-    tools: GatewayTools, *, default_scope: Scope, notifier: ToolListNotifier | None = None
+    tools: GatewayTools,
+    *,
+    default_scope: Scope,
+    notifier: ToolListNotifier | None = None,
+    edge: ApprovalEdge | None = None,
 ) -> GatewayServer:
-    """The MCP server exposing ``tools``; a request without an API-key scope uses the default."""
+    """The MCP server exposing ``tools``; a request without an API-key scope uses the default.
+    With ``edge``, calls that wait for approval ask the client's person (elicitation)."""
     notifier = notifier if notifier is not None else ToolListNotifier()
 
     def request_scope(ctx: Context) -> Scope:
@@ -140,14 +155,19 @@ def build_server(
 
     async def on_call_tool(
         ctx: Context, params: mcp_types.CallToolRequestParams
-    ) -> mcp_types.CallToolResult:
+    ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
         try:
             scope = caller_scope(ctx, default_scope)
         except PmlError as error:
             return error_result(error)
         notifier.track(ctx, scope)
-        with calling_as(caller_client(ctx)):
-            return await tools.call_tool(scope, params.name, params.arguments)
+        with calling_as(caller_client(ctx), caller_key(ctx)):
+            if edge is not None and (params.request_state is not None or params.input_responses):
+                return await edge.answered(ctx, scope, params)  # a person's answer to our form
+            result = await tools.call_tool(scope, params.name, params.arguments)
+            if edge is not None and tools.may_wait(params.name):
+                return await edge.settle(ctx, scope, params.name, params.arguments, result)
+            return result
 
     server = GatewayServer(
         "pml",
@@ -240,7 +260,10 @@ async def open_gateway(
                     handlers=service_handlers(discovery=discovery, curation=curation),
                     policy=policy.enforcer,
                 )
-                server = build_server(tools, default_scope=default_scope, notifier=notifier)
+                edge = ApprovalEdge(executor, policy.approvals, policy.audit)
+                server = build_server(
+                    tools, default_scope=default_scope, notifier=notifier, edge=edge
+                )
                 async with watcher.running(), curation.running():
                     await _warm(catalog, default_scope)
                     yield Gateway(

@@ -294,9 +294,13 @@ class GatewayTools:
         if arguments is not None and not isinstance(arguments, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise InvalidInput("arguments must be an object", field="arguments")
         answer = await self._executor.run_capability(scope, ref, dict(arguments or {}))
-        if answer.get("status") in ("approval_required", "execute_locally"):
-            return json_result(answer)  # paused (resume with pml_execute), or for the client
-        return capability_result(answer)
+        return capability_answer(answer)
+
+    def may_wait(self, name: str) -> bool:
+        """Whether a call of ``name`` can pause for a person's approval."""
+        if self._executor is None:
+            return False
+        return is_execute(name) or name.startswith(CAPABILITY_TOOL_PREFIX)
 
     async def _execute(
         self, scope: Scope, arguments: Mapping[str, Any] | None
@@ -369,6 +373,18 @@ STATIC_WIRE: Final = tuple(_wire(tool) for tool in STATIC_TOOLS.values())
 
 def _as_json(result: mcp_types.CallToolResult) -> dict[str, Any]:
     return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def capability_answer(answer: dict[str, Any]) -> mcp_types.CallToolResult:
+    """A capability tool's answer: its result, or a paused or handed-back answer as JSON."""
+    if answer.get("status") in ("approval_required", "execute_locally"):
+        return json_result(answer)  # paused (resume with pml_execute), or for the client
+    return capability_result(answer)
+
+
+def is_execute(name: str) -> bool:
+    """Whether ``name`` is ``pml_execute`` (any accepted spelling)."""
+    return _canonical(name) == "pml_execute"
 
 
 def _canonical(name: str) -> str:

@@ -25,6 +25,7 @@ from typing import Any, Literal, Protocol
 
 from pml.errors import ApprovalRequired, PermissionDenied, PmlError, PolicyDenied
 from pml.execution.values import args_digest
+from pml.policy.approval_view import argument_view
 from pml.policy.capability_map import CapabilityMap
 from pml.policy.gate import PolicyGate
 from pml.policy.model import (
@@ -185,7 +186,7 @@ class PolicyEnforcer:
         try:
             await self.authorize(request, server, tool, arguments)
         except ApprovalRequired as waiting:
-            data = {k: v for k, v in waiting.data.items() if k != "args_digest"}
+            data = refusal_data(waiting)
             raise PermissionDenied(
                 f"{waiting.message}: a direct call cannot wait for it. Call it from "
                 f"pml_execute (which asks for approval), or grant it with "
@@ -233,6 +234,8 @@ class PolicyEnforcer:
             args_summary=summary,
             reason=match.rule,
             args_digest=digest,
+            server=server,
+            arguments=argument_view(arguments),
         )
 
     def _check_gate(
@@ -325,6 +328,15 @@ class PolicyEnforcer:
             actor=request.scope.user,
             request_id=request.request_id,
         )
+
+
+# What an ApprovalRequired carries for the paused workflow only, never in a refusal.
+_WORKFLOW_ONLY = frozenset({"args_digest", "arguments", "server"})
+
+
+def refusal_data(waiting: ApprovalRequired) -> dict[str, Any]:
+    """The data of an approval that cannot wait, as a ``PERMISSION_DENIED``'s data."""
+    return {k: v for k, v in waiting.data.items() if k not in _WORKFLOW_ONLY}
 
 
 def args_summary(arguments: Mapping[str, Any]) -> str:

@@ -47,6 +47,35 @@ class Scope:
         return f"{self.org}.{self.project}"
 
 
+Role = Literal["agent", "admin"]
+ROLES: tuple[Role, ...] = get_args(Role)
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """An authenticated caller: its scope, the role of its key and which key it is.
+
+    ``agent`` keys use the MCP surface and see their own user's audit events; ``admin``
+    keys may also decide approvals and see every user's events of their org/project."""
+
+    scope: Scope
+    role: Role = "agent"
+    key_id: str | None = None
+    key_prefix: str | None = None
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"
+
+
+def check_role(value: object) -> Role:
+    """The value as a key role, or ``INVALID_INPUT`` naming the allowed ones."""
+    for allowed in ROLES:
+        if value == allowed:
+            return allowed
+    raise InvalidInput(f"Invalid role: {value!r}. Use one of: {', '.join(ROLES)}.", field="role")
+
+
 def check_visibility(value: object) -> Visibility:
     """The value as a visibility, or ``INVALID_INPUT`` naming the allowed ones."""
     for allowed in VISIBILITIES:

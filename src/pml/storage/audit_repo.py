@@ -3,6 +3,7 @@
     repo = AuditRepository(db)
     await repo.insert_many([AuditEntry(ts=..., event="POLICY_DENIED", org="acme", ...)])
     rows = await repo.tail(org="acme", project="webapp", after_id=None, limit=50, events=None)
+    mine = await repo.tail(org="acme", project="webapp", after_id=None, limit=50, actor="erwan")
     rows[-1].to_dict()   # {"id", "ts", "event", "actor", "scope", "org", "project", ...}
 
 Entries are written already scrubbed (``pml.policy.audit``); this module only stores and
@@ -124,8 +125,10 @@ class AuditRepository:
         after_id: int | None,
         limit: int,
         events: Sequence[str] | None = None,
+        actor: str | None = None,
     ) -> list[AuditRow]:
-        """Events in id order (newest last), optionally of one org/project and event names.
+        """Events in id order (newest last), optionally of one org/project, event names and
+        actor (the user an event was recorded for; events without one never match).
 
         Without ``after_id``: the newest ``limit`` events. With it: the first ``limit``
         events after that id, so that paging and following never skip an event.
@@ -142,6 +145,8 @@ class AuditRepository:
             query = query.where(a.project == project)
         if events:
             query = query.where(a.event.in_(sorted(set(events))))
+        if actor is not None:
+            query = query.where(a.actor == actor)
         if after_id is not None:
             query = query.where(a.id > after_id).order_by(a.id).limit(limit)
         else:

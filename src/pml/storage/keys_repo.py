@@ -5,7 +5,8 @@ Rows come back as read-only mappings with the table's column names::
 
     async with db.transaction() as conn:
         repo = SqlApiKeyRepository(conn)
-        await repo.insert(id=..., key_hash=..., prefix="pml_AbCdEfGh", org="acme", ...)
+        await repo.insert(id=..., key_hash=..., prefix="pml_AbCdEfGh", org="acme", ...,
+                          role="admin")
         rows = await repo.list(org="acme")
 """
 
@@ -59,8 +60,9 @@ class SqlApiKeyRepository:
         project: str,
         user_id: str | None,
         created_at: datetime,
+        role: str = "agent",
     ) -> None:
-        """Store one new key (its hash, never the key)."""
+        """Store one new key (its hash, never the key) with its role."""
         await self.conn.execute(
             api_keys.insert().values(
                 id=id,
@@ -70,6 +72,7 @@ class SqlApiKeyRepository:
                 project=project,
                 user_id=user_id,
                 created_at=created_at,
+                role=role,
             )
         )
 

@@ -207,6 +207,8 @@ workflow_state = sa.Table(
     sa.Column("created_at", UtcDateTime(), nullable=False),
     sa.Column("expires_at", UtcDateTime(), nullable=False),
     sa.Column("claimed_at", UtcDateTime(), nullable=True),  # by a trace ingest (its lease)
+    # An approval's decision: NULL while pending, then "approved" or "denied" (by a person).
+    sa.Column("decision", sa.String(16), nullable=True),
     sa.Index(None, "expires_at"),
 )
 
@@ -262,6 +264,9 @@ api_keys = sa.Table(
     sa.Column("created_at", UtcDateTime(), nullable=False),
     sa.Column("revoked_at", UtcDateTime(), nullable=True),
     sa.Column("last_used_at", UtcDateTime(), nullable=True),
+    # "agent" (the MCP surface, its own audit events) or "admin" (also approvals, every
+    # user's audit events of its org/project, the dashboard).
+    sa.Column("role", sa.String(16), nullable=False, server_default="agent"),
     sa.Index(None, "org", "project"),
 )
 

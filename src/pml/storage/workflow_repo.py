@@ -7,6 +7,10 @@ now, client-routed learning contexts later (SPEC §9, §10).
                                                                  # other kind or other tenant
     await store.take(...)                                        # read and delete, atomically
     await store.purge_expired()                                  # rows past their expiry
+    # approvals, decided by a person in the same org/project (any user's workflow):
+    found = await store.find("wf_1a2b", kind="approval", org="acme", project="web")
+    await store.decide("wf_1a2b", kind="approval", org="acme", project="web",
+                       decision="approved", state={...})   # once: False if already decided
 
 Expiry is enforced on every read (a row past ``expires_at`` is never returned, whether or
 not it has been purged yet). A state belongs to its org, project and user: any other caller
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -39,6 +44,18 @@ _ENCODED = "json"
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredWorkflow:
+    """A live workflow state with its owner and, for approvals, the decision taken."""
+
+    workflow_id: str
+    user: str
+    state: dict[str, Any]
+    decision: str | None
+    created_at: datetime
+    expires_at: datetime
 
 
 class WorkflowStateStore:
@@ -92,10 +109,16 @@ class WorkflowStateStore:
             row = (await conn.execute(self._select(workflow_id, kind, scope))).first()
         return None if row is None else decoded_state(row.state)
 
-    async def take(self, workflow_id: str, *, kind: str, scope: Scope) -> dict[str, Any] | None:
-        """The live state, deleted in the same transaction: two callers never both get it."""
+    async def take(
+        self, workflow_id: str, *, kind: str, scope: Scope, decision: str | None = None
+    ) -> dict[str, Any] | None:
+        """The live state, deleted in the same transaction: two callers never both get it.
+        With ``decision``, only a state with that decision is taken."""
+        statement = self._select(workflow_id, kind, scope)
+        if decision is not None:
+            statement = statement.where(workflow_state.c.decision == decision)
         async with self._db.transaction() as conn:
-            row = (await conn.execute(self._select(workflow_id, kind, scope))).first()
+            row = (await conn.execute(statement)).first()
             if row is None:
                 return None
             deleted = await conn.execute(
@@ -108,6 +131,94 @@ class WorkflowStateStore:
                 return None
         return decoded_state(row.state)
 
+    async def find(
+        self, workflow_id: str, *, kind: str, org: str, project: str, user: str | None = None
+    ) -> StoredWorkflow | None:
+        """A live workflow of ``org``/``project`` (of ``user`` when given), or None."""
+        statement = self._rows(kind, org, project, user).where(
+            workflow_state.c.workflow_id == workflow_id
+        )
+        async with self._db.read() as conn:
+            row = (await conn.execute(statement)).first()
+        return None if row is None else _stored(row)
+
+    async def live(
+        self, *, kind: str, org: str, project: str, user: str | None = None, limit: int = 100
+    ) -> list[StoredWorkflow]:
+        """The live workflows of ``org``/``project`` (of ``user`` when given), oldest first."""
+        statement = (
+            self._rows(kind, org, project, user)
+            .order_by(workflow_state.c.created_at, workflow_state.c.workflow_id)
+            .limit(limit)
+        )
+        async with self._db.read() as conn:
+            rows = (await conn.execute(statement)).all()
+        found = (_stored(row) for row in rows)
+        return [item for item in found if item is not None]
+
+    async def decide(
+        self,
+        workflow_id: str,
+        *,
+        kind: str,
+        org: str,
+        project: str,
+        decision: str,
+        state: dict[str, Any],
+    ) -> bool:
+        """Record the decision (and the state that goes with it) of a live, undecided
+        workflow; False when it is gone, expired or already decided (decided once only)."""
+        return await self._update(
+            workflow_id, kind, org, project, {"decision": decision, "state": _encoded(state)}
+        )
+
+    async def replace_undecided(
+        self, workflow_id: str, *, kind: str, scope: Scope, state: dict[str, Any]
+    ) -> bool:
+        """Replace the state of ``scope``'s live, undecided workflow; whether it was."""
+        return await self._update(
+            workflow_id,
+            kind,
+            scope.org,
+            scope.project,
+            {"state": _encoded(state)},
+            workflow_state.c.user_id == scope.user,
+        )
+
+    async def _update(
+        self,
+        workflow_id: str,
+        kind: str,
+        org: str,
+        project: str,
+        values: dict[str, Any],
+        *extra: sa.ColumnElement[bool],
+    ) -> bool:
+        async with self._db.transaction() as conn:
+            result = await conn.execute(
+                sa.update(workflow_state)
+                .where(
+                    workflow_state.c.workflow_id == workflow_id,
+                    workflow_state.c.kind == kind,
+                    workflow_state.c.org == org,
+                    workflow_state.c.project == project,
+                    workflow_state.c.decision.is_(None),
+                    workflow_state.c.expires_at > self._clock(),
+                    *extra,
+                )
+                .values(**values)
+            )
+        return result.rowcount == 1
+
+    def _rows(
+        self, kind: str, org: str, project: str, user: str | None
+    ) -> sa.Select[Any, Any, Any, Any, Any, Any]:
+        c = workflow_state.c
+        statement = sa.select(
+            c.workflow_id, c.user_id, c.state, c.decision, c.created_at, c.expires_at
+        ).where(c.kind == kind, c.org == org, c.project == project, c.expires_at > self._clock())
+        return statement if user is None else statement.where(c.user_id == user)
+
     async def delete(self, workflow_id: str, *, scope: Scope) -> bool:
         """Delete ``scope``'s workflow state; whether there was one."""
         async with self._db.transaction() as conn:
@@ -115,6 +226,40 @@ class WorkflowStateStore:
                 sa.delete(workflow_state).where(*self._owned(workflow_id, scope))
             )
         return result.rowcount > 0
+
+    async def take_expired(
+        self, *, kind: str, limit: int = 1000
+    ) -> list[tuple[str, str, StoredWorkflow]]:
+        """Delete up to ``limit`` states of ``kind`` past their expiry; each with its org and
+        project (for whoever must tell of them)."""
+        c = workflow_state.c
+        statement = (
+            sa.select(
+                c.workflow_id,
+                c.org,
+                c.project,
+                c.user_id,
+                c.state,
+                c.decision,
+                c.created_at,
+                c.expires_at,
+            )
+            .where(c.kind == kind, c.expires_at <= self._clock())
+            .order_by(c.expires_at)
+            .limit(limit)
+        )
+        taken: list[tuple[str, str, StoredWorkflow]] = []
+        async with self._db.transaction() as conn:
+            for row in (await conn.execute(statement)).all():
+                deleted = await conn.execute(
+                    sa.delete(workflow_state).where(
+                        c.workflow_id == row.workflow_id, c.expires_at == row.expires_at
+                    )
+                )
+                stored = _stored(row)
+                if deleted.rowcount == 1 and stored is not None:
+                    taken.append((str(row.org), str(row.project), stored))
+        return taken
 
     async def purge_expired(self) -> int:
         """Delete every state past its expiry; how many."""
@@ -139,6 +284,27 @@ class WorkflowStateStore:
             workflow_state.c.kind == kind,
             workflow_state.c.expires_at > self._clock(),
         )
+
+
+def _encoded(state: dict[str, Any]) -> dict[str, str]:
+    try:
+        return {_ENCODED: json.dumps(state)}
+    except (TypeError, ValueError) as error:
+        raise InvalidInput(f"Workflow state is not JSON: {error}", field="state") from None
+
+
+def _stored(row: Any) -> StoredWorkflow | None:
+    state = decoded_state(row.state)
+    if state is None:
+        return None
+    return StoredWorkflow(
+        workflow_id=str(row.workflow_id),
+        user=str(row.user_id),
+        state=state,
+        decision=row.decision,
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+    )
 
 
 def decoded_state(stored: object) -> dict[str, Any] | None:

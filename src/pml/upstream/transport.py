@@ -28,7 +28,7 @@ import httpx2
 import mcp.client.stdio as sdk_stdio
 import mcp_types
 from mcp import Client
-from mcp.client.session import MessageHandlerFnT
+from mcp.client.session import ElicitationFnT, MessageHandlerFnT
 from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -208,8 +208,10 @@ async def open_client(
     on_message: MessageHandlerFnT,
     on_closed: Callable[[], None],
     stderr: StderrTail,
+    elicitation: ElicitationFnT | None = None,
 ) -> Client:
-    """Connect to ``target`` with every resource entered on ``stack`` (raises on failure)."""
+    """Connect to ``target`` with every resource entered on ``stack`` (raises on failure).
+    ``elicitation`` answers the server's ``elicitation/create`` (HTTP targets only)."""
     if isinstance(target, Server):
         client = Client(target, cache=None, message_handler=on_message)
         return await stack.enter_async_context(client)
@@ -244,7 +246,7 @@ async def open_client(
         )
         transport = _watched(streamable_http_client(target.url, http_client=http), on_closed)
     return await stack.enter_async_context(
-        Client(transport, cache=None, message_handler=on_message)
+        Client(transport, cache=None, message_handler=on_message, elicitation_callback=elicitation)
     )
 
 
