@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import select
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
@@ -48,3 +52,51 @@ def assert_one_line_error(result: Result, code: str) -> str:
     assert lines[0].startswith(f"error: {code}: ")
     assert "Traceback" not in result.stdout + result.stderr
     return lines[0]
+
+
+TERMINAL_WAIT_S = 60.0
+
+
+def on_terminal(args: list[str], env: dict[str, str], cwd: Path, answer: str) -> tuple[int, str]:
+    """The real ``pml ...`` on a pseudo-terminal; ``answer`` typed at ``[y/N]``."""
+    master, slave = os.openpty()
+    try:
+        process = subprocess.Popen(
+            [str(Path(sys.executable).parent / "pml"), *args],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    finally:
+        os.close(slave)
+    output = bytearray()
+    try:
+        if _read(master, output, until=b"[y/N]"):
+            os.write(master, answer.encode() + b"\n")
+            _read(master, output, until=None)
+        code = process.wait(timeout=TERMINAL_WAIT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=TERMINAL_WAIT_S)
+        os.close(master)
+    return code, output.decode("utf-8", "replace").replace("\r\n", "\n")
+
+
+def _read(master: int, output: bytearray, *, until: bytes | None) -> bool:
+    """Read the terminal until ``until`` shows (True) or the program ends (False)."""
+    deadline = time.monotonic() + TERMINAL_WAIT_S
+    while until is None or until not in output:
+        ready, _, _ = select.select([master], [], [], max(deadline - time.monotonic(), 0))
+        assert ready, f"no answer from pml within {TERMINAL_WAIT_S} s: {bytes(output)!r}"
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: every end of the terminal's other side is closed
+            chunk = b""
+        if not chunk:
+            return False
+        output += chunk
+    return True

@@ -12,12 +12,10 @@ import asyncio
 import itertools
 import json
 import os
-import select
 import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -31,7 +29,7 @@ import sqlalchemy as sa
 from mcp import Client
 from typer.testing import CliRunner, Result
 
-from clisupport import assert_one_line_error, isolate_cli, sub_app
+from clisupport import assert_one_line_error, isolate_cli, on_terminal, sub_app
 from pml.cli import approvals_cmd
 from pml.config import ScopeSettings, Settings
 from pml.execution.values import args_digest
@@ -143,51 +141,6 @@ class Local:
 
     def on_terminal(self, *args: str, answer: str) -> tuple[int, str]:
         return on_terminal(["approvals", *args], self.env, self.workdir, answer)
-
-
-def on_terminal(args: list[str], env: dict[str, str], cwd: Path, answer: str) -> tuple[int, str]:
-    """The real ``pml ...`` on a pseudo-terminal; ``answer`` typed at ``[y/N]``."""
-    master, slave = os.openpty()
-    try:
-        process = subprocess.Popen(
-            [PML, *args],
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            env=env,
-            cwd=cwd,
-            start_new_session=True,
-        )
-    finally:
-        os.close(slave)
-    output = bytearray()
-    try:
-        if _read(master, output, until=b"[y/N]"):
-            os.write(master, answer.encode() + b"\n")
-            _read(master, output, until=None)
-        code = process.wait(timeout=WAIT_S)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=WAIT_S)
-        os.close(master)
-    return code, output.decode("utf-8", "replace").replace("\r\n", "\n")
-
-
-def _read(master: int, output: bytearray, *, until: bytes | None) -> bool:
-    """Read the terminal until ``until`` shows (True) or the program ends (False)."""
-    deadline = time.monotonic() + WAIT_S
-    while until is None or until not in output:
-        ready, _, _ = select.select([master], [], [], max(deadline - time.monotonic(), 0))
-        assert ready, f"no answer from pml within {WAIT_S} s: {bytes(output)!r}"
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: every end of the terminal's other side is closed
-            chunk = b""
-        if not chunk:
-            return False
-        output += chunk
-    return True
 
 
 @pytest.fixture

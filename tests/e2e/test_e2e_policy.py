@@ -4,12 +4,15 @@ server, a real MCP client, and the ``pml perms`` / ``pml audit`` commands on the
 
 from __future__ import annotations
 
+import getpass
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from clisupport import on_terminal
 from e2e.support import (
     Upstream,
     error_of,
@@ -86,9 +89,15 @@ async def test_a_write_under_a_read_intent_is_refused_before_anything_runs(
 async def test_an_ask_pauses_and_approving_completes_the_run_with_each_call_sent_once(
     tmp_path: Path, servers: dict[str, Upstream]
 ) -> None:
+    """A client without elicitation: its own approval writes nothing; a person's
+    ``pml approvals approve`` in a terminal does, and the agent's resume sends it once."""
     files = tmp_path / "files"
     config = _config(tmp_path, servers)
     request = {"intent": "copy the note to a new file", "code": READ_THEN_WRITE}
+    resume = {
+        "intent": "approve",
+        "continue_workflow": {"workflow_id": "", "approved": True, "grant": "always"},
+    }
     async with pml_stdio(config, tmp_path / "pml.log") as gw:
         paused = result_json(
             await gw.client.call_tool("pml_execute", {**request, "args": _args(files)})
@@ -98,21 +107,27 @@ async def test_an_ask_pauses_and_approving_completes_the_run_with_each_call_sent
         [approval] = paused["approvals"]
         assert approval["tool"] == "filesystem:write_file"
         assert approval["capability"] == "file_write"
-        assert "copy.txt" in approval["args_summary"]
-        done = await gw.client.call_tool(
-            "pml_execute",
-            {
-                "intent": "approve",
-                "continue_workflow": {"workflow_id": paused["workflowId"], "approved": True},
-            },
+        assert approval["arguments"][0] == {
+            "name": "path",
+            "value": str(files / "copy.txt"),
+            "bytes": len(str(files / "copy.txt").encode()),
+            "truncated": False,
+            "target": True,
+        }
+        resume["continue_workflow"]["workflow_id"] = paused["workflowId"]  # type: ignore[index]
+        own = result_json(await gw.client.call_tool("pml_execute", resume))
+        assert own["status"] == "approval_required"
+        assert own["pending"] is True
+        assert not (files / "copy.txt").exists()
+        shown = pml_cli(config, "approvals", "show", paused["workflowId"])
+        assert shown.index("copy.txt") < shown.index("content")
+        env = {**os.environ, "PML_CONFIG": str(config)}
+        code, screen = on_terminal(
+            ["approvals", "approve", paused["workflowId"]], env, config.parent, "y"
         )
-        again = await gw.client.call_tool(
-            "pml_execute",
-            {
-                "intent": "approve twice",
-                "continue_workflow": {"workflow_id": paused["workflowId"], "approved": True},
-            },
-        )
+        assert code == 0, screen
+        done = await gw.client.call_tool("pml_execute", resume)
+        again = await gw.client.call_tool("pml_execute", resume)
     answer = result_json(done)
     assert done.is_error is False, answer
     assert answer["status"] == "success"
@@ -136,7 +151,10 @@ async def test_an_ask_pauses_and_approving_completes_the_run_with_each_call_sent
     assert sorted(replayed) == ["filesystem:list_directory", "filesystem:read_text_file"]
     granted = [e for e in events if e["event"] == "PERMISSION_GRANTED"]
     assert len(granted) == 1
-    assert granted[0]["decided_by"] == "user:e2e"
+    assert granted[0]["decided_by"] == f"user:{getpass.getuser()}"  # the person at the terminal
+    assert granted[0]["details"]["max_uses"] == 1  # the person's choice (once), not the agent's
+    decided = [e for e in events if e["event"] == "APPROVAL_DECIDED"]
+    assert [e["decided_by"] for e in decided] == [f"user:{getpass.getuser()}"]
     checks = [e for e in events if e["event"] == "PERMISSION_CHECK"]
     assert any(c["decided_by"].startswith("grant:") for c in checks)
     assert any(c["decided_by"] == "default:ask:file_write" for c in checks)
