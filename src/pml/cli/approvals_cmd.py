@@ -200,38 +200,10 @@ def _target(view: View) -> str:
 
 
 def review_lines(view: View) -> list[str]:
-    """What a person reads before deciding, in the order SPEC §10.5 gives."""
-    from pml.policy.approval_view import render_arguments
+    """What a person reads before deciding (the same text as the elicitation form)."""
+    from pml.policy.approval_review import review_lines as review
 
-    lines = [
-        f"Approval {_text(view.get('workflowId'))} ({_text(view.get('status'))})",
-        f"  tool:        {_text(view.get('tool'))} (server {_text(view.get('server'))})",
-        f"  permission:  {_text(view.get('capability'))}",
-        f"  intent:      {_text(view.get('intent'))} (stated: {_text(view.get('statedIntent'))})",
-        f"  asked by:    rule {_text(view.get('rule'))}",
-    ]
-    if view.get("capabilityName"):
-        lines.append(f"  capability:  {_text(view.get('capabilityName'))}")
-    key = f" with API key {_text(view.get('key'))}" if view.get("key") else ""
-    lines.append(f"  requested by {_text(view.get('user'))}{key}")
-    arguments = _arguments(view)
-    lines.append(
-        "Arguments (▶ = where the call acts, listed first):" if arguments else "Arguments: none"
-    )
-    lines.extend("  " + line for line in render_arguments(arguments))
-    grants = view.get("grants")
-    if isinstance(grants, dict):
-        lines.append("What each choice allows:")
-        for choice, covers in cast(dict[object, object], grants).items():
-            lines.append(f"  {_text(choice)}: {_text(covers)}")
-        lines.append("  deny: nothing; the run stops and nothing is learned")
-    lines.append(f"Expires at {_when(view.get('expiresAt'))}")
-    if view.get("decidedBy"):
-        grant = f", grant {_text(view.get('grant'))}" if view.get("grant") else ""
-        lines.append(
-            f"Decided by {_text(view.get('decidedBy'))}{grant} at {_when(view.get('decidedAt'))}"
-        )
-    return lines
+    return review(view, when=_when)
 
 
 def _print_list(items: list[View]) -> None:

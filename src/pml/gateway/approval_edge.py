@@ -30,7 +30,6 @@ import hmac
 import json
 import logging
 import secrets
-import unicodedata
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, cast
@@ -46,7 +45,7 @@ from pml.gateway.notify import Context
 from pml.gateway.results import error_result, json_result
 from pml.gateway.schemas import ContinueWorkflow, ExecuteParams
 from pml.gateway.tools import Executor, capability_answer, is_execute
-from pml.policy.approval_view import render_arguments
+from pml.policy.approval_review import review_lines, visible
 from pml.policy.model import Auditor
 from pml.registry.scope import Scope
 
@@ -75,17 +74,7 @@ FORM_SCHEMA: Final[dict[str, Any]] = {
 }
 
 Result = mcp_types.CallToolResult | mcp_types.InputRequiredResult
-_HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp", "Co", "Cs"})
 _INVALID_ANSWER = InvalidInput("Invalid or expired approval answer", field="requestState")
-
-
-def visible(value: object, limit: int = 300) -> str:
-    """A value as the form shows it: invisible and direction-changing characters escaped."""
-    text = "-" if value is None else str(value)
-    shown = "".join(
-        f"\\u{ord(c):04x}" if unicodedata.category(c) in _HIDDEN else c for c in text[:limit]
-    )
-    return shown if len(text) <= limit else shown + "…"
 
 
 def waiting_of(result: mcp_types.CallToolResult) -> dict[str, Any] | None:
@@ -104,27 +93,7 @@ def waiting_of(result: mcp_types.CallToolResult) -> dict[str, Any] | None:
 def form_message(answer: Mapping[str, Any]) -> str:
     """What the person reads in the form: the call, who asks, every argument (target first)."""
     view = cast(dict[str, Any], cast(list[Any], answer["approvals"])[0])
-    lines = [
-        f"PML: an agent's run wants to call {visible(view.get('tool'))} "
-        f"(server {visible(view.get('server'))}, permission {visible(view.get('capability'))}).",
-        f"Asked by rule {visible(view.get('rule'))}; the request's intent is "
-        f"{visible(view.get('intent'))} (stated: {visible(view.get('statedIntent'))}).",
-    ]
-    if view.get("capabilityName"):
-        lines.append(f"Capability: {visible(view.get('capabilityName'))}")
-    who = f"Requested by {visible(view.get('user'))}"
-    if view.get("key"):
-        who += f" with API key {visible(view.get('key'))}"
-    lines.append(who + ".")
-    lines.append("Arguments:")
-    lines.extend("  " + line for line in render_arguments(view.get("arguments") or []))
-    grants = view.get("grants")
-    if isinstance(grants, dict):
-        lines.append("What each answer allows:")
-        for choice, covers in cast(dict[str, Any], grants).items():
-            lines.append(f"  {choice}: {covers}")
-        lines.append("  deny: nothing; the run stops and nothing is learned.")
-    lines.append(f"Expires at {visible(view.get('expiresAt'))}.")
+    lines = ["PML: an agent's run waits for your approval.", *review_lines(view)]
     text = "\n".join(lines)
     return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 1] + "…"
 
