@@ -22,13 +22,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import re
 import signal
 import socket
 import threading
-from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
+from collections.abc import AsyncGenerator, Callable, Generator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import anyio
 import uvicorn
@@ -38,110 +36,26 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Send
-from starlette.types import Scope as AsgiScope
 
 from pml import __version__
 from pml.config import Settings
-from pml.gateway.approvals_api import approvals_routes
-from pml.gateway.audit_api import audit_route
-from pml.gateway.capabilities_api import capabilities_routes
 from pml.gateway.notify import ToolListNotifier
-from pml.gateway.server import PRINCIPAL_STATE_KEY, SCOPE_STATE_KEY, Gateway, open_gateway
-from pml.gateway.traces_api import traces_route
-from pml.registry.scope import Principal, Scope
+from pml.gateway.server import Gateway, open_gateway
+from pml.registry.scope import Principal
 from pml.upstream.base import UpstreamPool
+from pml.web.api_approvals import approvals_routes
+from pml.web.api_audit import audit_route
+from pml.web.api_capabilities import capabilities_routes
+from pml.web.api_traces import traces_route
+from pml.web.auth import SCOPE_STATE_KEY, ApiKeyMiddleware, Authenticate
 
 logger = logging.getLogger(__name__)
 
-# A bare Scope (older or test authenticators) stands for an ``agent`` key of that scope.
-Authenticate = Callable[[str], Awaitable[Principal | Scope | None]]
-
-OPEN_PATHS = frozenset({"/health"})
-MAX_TOKEN_LENGTH = 512
-BEARER = re.compile(r"Bearer +([A-Za-z0-9._~+/-]+=*) *", re.IGNORECASE)
 GRACEFUL_SHUTDOWN_S = 5
 START_TIMEOUT_S = 10.0
 
 
-class ApiKeyMiddleware:
-    """ASGI middleware: a valid ``Authorization: Bearer`` key, or a 401 and nothing else."""
-
-    def __init__(
-        self, app: ASGIApp, *, authenticate: Authenticate, open_paths: frozenset[str] = OPEN_PATHS
-    ) -> None:
-        self.app = app
-        self.authenticate = authenticate
-        self.open_paths = open_paths
-
-    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
-        kind = scope["type"]
-        if kind == "lifespan":
-            await self.app(scope, receive, send)
-            return
-        if kind != "http":  # no websocket endpoint exists; refuse before routing
-            await send({"type": "websocket.close", "code": 1008})
-            return
-        if scope["path"] in self.open_paths and scope["method"] in ("GET", "HEAD"):
-            await self.app(scope, receive, send)
-            return
-        token, problem = bearer_token(scope)
-        if token is None:
-            await unauthorized(problem)(scope, receive, send)
-            return
-        try:
-            found = await self.authenticate(token)
-        except Exception:  # the key store failed: not the caller's fault, and not a pass
-            logger.exception("API key check failed")
-            body = {"error": {"code": "INTERNAL_ERROR", "message": "Could not check the API key"}}
-            await JSONResponse(body, status_code=500)(scope, receive, send)
-            return
-        principal = as_principal(found)
-        if principal is None:
-            await unauthorized("Invalid or revoked API key")(scope, receive, send)
-            return
-        state: dict[str, Any] = dict(scope.get("state") or {})
-        state[SCOPE_STATE_KEY] = principal.scope
-        state[PRINCIPAL_STATE_KEY] = principal
-        scope["state"] = state
-        scope["user"] = _session_owner(token, principal.scope)
-        await self.app(scope, receive, send)
-
-
-def as_principal(found: object) -> Principal | None:
-    """What an authenticator returned as a ``Principal``: a bare ``Scope`` is an ``agent``;
-    anything else (None, or a value of another type) is no one."""
-    if isinstance(found, Principal):
-        return found
-    if isinstance(found, Scope):
-        return Principal(found, "agent")
-    return None
-
-
-def bearer_token(scope: AsgiScope) -> tuple[str | None, str]:
-    """The token of the request's single ``Authorization: Bearer`` header, or why there is none."""
-    values = [value for key, value in scope["headers"] if key == b"authorization"]
-    if not values:
-        return None, "Missing API key: send 'Authorization: Bearer <key>'"
-    raw = values[0]
-    if len(values) > 1 or len(raw) > MAX_TOKEN_LENGTH + 16:
-        return None, "Malformed Authorization header: expected 'Bearer <key>'"
-    match = BEARER.fullmatch(raw.decode("latin-1"))
-    if match is None or len(match.group(1)) > MAX_TOKEN_LENGTH:
-        return None, "Malformed Authorization header: expected 'Bearer <key>'"
-    return match.group(1), ""
-
-
-def unauthorized(message: str) -> Response:
-    """The 401 every refused request gets."""
-    return JSONResponse(
-        {"error": {"code": "UNAUTHORIZED", "message": message}},
-        status_code=401,
-        headers={"WWW-Authenticate": 'Bearer realm="pml"'},
-    )
-
-
-def _session_owner(token: str, principal: Scope) -> AuthenticatedUser:
+def _session_owner(token: str, principal: Principal) -> AuthenticatedUser:
     # The SDK binds an MCP session to the principal that opened it; the key digest is it.
     digest = hashlib.sha256(token.encode("utf-8")).hexdigest()
     return AuthenticatedUser(
@@ -149,7 +63,7 @@ def _session_owner(token: str, principal: Scope) -> AuthenticatedUser:
             token=digest,
             client_id=digest,
             scopes=[],
-            subject=f"{principal.key}:{principal.user}",
+            subject=f"{principal.scope.key}:{principal.scope.user}",
         )
     )
 
@@ -183,7 +97,7 @@ def create_app(
         traces_route(gateway.traces, SCOPE_STATE_KEY),
     ]
     app = gateway.server.streamable_http_app(host=host, custom_starlette_routes=routes)
-    app.add_middleware(ApiKeyMiddleware, authenticate=authenticate)
+    app.add_middleware(ApiKeyMiddleware, authenticate=authenticate, owner=_session_owner)
     return app
 
 

@@ -56,6 +56,7 @@ from pml.registry.tools import CapTools
 from pml.storage.database import Database
 from pml.upstream.base import UpstreamPool
 from pml.upstream.children import terminate_children
+from pml.web.auth import PRINCIPAL_STATE_KEY, SCOPE_STATE_KEY
 from pml.wiring import routing_rules, scope_of
 
 if TYPE_CHECKING:
@@ -65,9 +66,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-SCOPE_STATE_KEY = "pml_scope"
-# The authenticated ``Principal`` (scope, key role, key id) of an HTTP request.
-PRINCIPAL_STATE_KEY = "pml_principal"
 INSTRUCTIONS = (
     "PML is a gateway to many MCP servers that learns reusable capabilities. Use pml_discover "
     "to find tools and capabilities for an intent, pml_execute to run a Python snippet that "

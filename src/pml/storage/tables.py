@@ -153,6 +153,8 @@ tool_schema = sa.Table(
     sa.Column("definition", JsonValue(), nullable=False),
     sa.Column("definition_hash", sa.String(64), nullable=False),
     sa.Column("pinned_hash", sa.String(64), nullable=False),
+    # The definition a person accepted (first seen, or accepted on the dashboard).
+    sa.Column("pinned_definition", JsonValue(), nullable=True),
     sa.Column("flagged", sa.Boolean(), nullable=False, server_default=sa.false()),
     sa.Column("first_seen_at", UtcDateTime(), nullable=False),
     sa.Column("updated_at", UtcDateTime(), nullable=False),
@@ -224,10 +226,17 @@ audit_events = sa.Table(
     sa.Column("request_id", sa.String(64), nullable=True),
     sa.Column("details", JsonValue(), nullable=False),
     sa.Column("decided_by", sa.String(200), nullable=True),
+    # What the event is about, taken from its details when written (the dashboard filters).
+    sa.Column("tool", sa.String(400), nullable=True),  # "server:tool"
+    sa.Column("capability", sa.String(400), nullable=True),  # a capability's FQDN
     sa.Index(None, "ts"),
     sa.Index(None, "org", "project", "ts"),
     sa.Index(None, "org", "project", "id"),
     sa.Index(None, "request_id"),
+    sa.Index(None, "org", "project", "event", "id"),
+    sa.Index(None, "org", "project", "actor", "id"),
+    sa.Index(None, "org", "project", "tool", "id"),
+    sa.Index(None, "org", "project", "capability", "id"),
 )
 
 permission_grants = sa.Table(
@@ -310,4 +319,19 @@ curation_runs = sa.Table(
     sa.Column("applied", JsonValue(), nullable=False),
     sa.Column("created_at", UtcDateTime(), nullable=False),
     sa.Index(None, "org", "project", "created_at"),
+)
+
+dashboard_sessions = sa.Table(
+    "dashboard_sessions",
+    metadata,
+    # SHA-256 of the session token: the cookie's value is never stored
+    sa.Column("token_hash", sa.String(64), primary_key=True),
+    sa.Column("key_id", sa.String(36), nullable=True),  # NULL: `pml dashboard`'s own sign-in
+    sa.Column("org", SCOPE_PART, nullable=False),
+    sa.Column("project", SCOPE_PART, nullable=False),
+    sa.Column("user_id", sa.String(128), nullable=True),
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("created_at", UtcDateTime(), nullable=False),
+    sa.Column("expires_at", UtcDateTime(), nullable=False),
+    sa.Index(None, "expires_at"),
 )

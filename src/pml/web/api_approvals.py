@@ -26,9 +26,9 @@ from starlette.routing import Route
 
 from pml.errors import Forbidden, InvalidInput, PmlError, Unauthorized
 from pml.execution.approval_desk import GRANT_LIFETIMES, ApprovalDesk, Decision
-from pml.gateway.server import PRINCIPAL_STATE_KEY
 from pml.registry.fqdn import message_value
 from pml.registry.scope import Principal
+from pml.web.auth import PRINCIPAL_STATE_KEY
 
 logger = logging.getLogger(__name__)
 

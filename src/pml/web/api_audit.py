@@ -27,10 +27,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from pml.errors import InvalidInput, PmlError, Unauthorized
-from pml.gateway.server import PRINCIPAL_STATE_KEY
 from pml.registry.scope import Principal
 from pml.storage.audit_repo import AuditRepository
 from pml.storage.database import Database
+from pml.web.auth import PRINCIPAL_STATE_KEY
 
 logger = logging.getLogger(__name__)
 

@@ -30,10 +30,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from pml.errors import InternalError, InvalidInput, PmlError, Unauthorized
-from pml.gateway.server import SCOPE_STATE_KEY
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityRegistry
 from pml.registry.tools import CapTools
+from pml.web.auth import SCOPE_STATE_KEY
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,78 @@
+# pyright: basic
+"""The dashboard: people's sign-in sessions, the pinned definition of each upstream tool
+(so a changed one can be shown as a diff and accepted), and audit columns the dashboard
+filters on (the tool and the capability an event is about), indexed per org/project.
+
+Revision ID: 0010
+Revises: 0009
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+from pml.storage.types import JsonValue, UtcDateTime
+
+revision = "0010"
+down_revision = "0009"
+branch_labels = None
+depends_on = None
+
+AUDIT_INDEXES = ("event", "actor", "tool", "capability")
+
+
+def upgrade() -> None:
+    op.create_table(
+        "dashboard_sessions",
+        # SHA-256 of the session token: the cookie's value is never stored
+        sa.Column("token_hash", sa.String(64), primary_key=True),
+        sa.Column("key_id", sa.String(36), nullable=True),  # NULL: `pml dashboard`'s own
+        sa.Column("org", sa.String(64), nullable=False),
+        sa.Column("project", sa.String(64), nullable=False),
+        sa.Column("user_id", sa.String(128), nullable=True),
+        sa.Column("role", sa.String(16), nullable=False),
+        sa.Column("created_at", UtcDateTime(), nullable=False),
+        sa.Column("expires_at", UtcDateTime(), nullable=False),
+    )
+    op.create_index("ix_dashboard_sessions_expires_at", "dashboard_sessions", ["expires_at"])
+    with op.batch_alter_table("tool_schema", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("pinned_definition", JsonValue(), nullable=True))
+    # Until now only the pinned hash was kept: a tool that is not flagged is pinned as it is.
+    op.execute(
+        "UPDATE tool_schema SET pinned_definition = definition "
+        "WHERE definition_hash = pinned_hash"
+    )
+    with op.batch_alter_table("audit_events", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("tool", sa.String(400), nullable=True))
+        batch_op.add_column(sa.Column("capability", sa.String(400), nullable=True))
+    bind = op.get_bind()
+    if bind.dialect.name == "postgresql":
+        op.execute(
+            "UPDATE audit_events SET tool = left(details->>'tool', 400), "
+            "capability = left(coalesce(details->>'fqdn', details->>'capabilityFqdn'), 400)"
+        )
+    else:
+        op.execute(
+            "UPDATE audit_events SET tool = substr(json_extract(details, '$.tool'), 1, 400), "
+            "capability = substr(coalesce(json_extract(details, '$.fqdn'), "
+            "json_extract(details, '$.capabilityFqdn')), 1, 400)"
+        )
+    for column in AUDIT_INDEXES:
+        op.create_index(
+            f"ix_audit_events_org_project_{column}_id",
+            "audit_events",
+            ["org", "project", column, "id"],
+        )
+
+
+def downgrade() -> None:
+    for column in AUDIT_INDEXES:
+        op.drop_index(f"ix_audit_events_org_project_{column}_id", table_name="audit_events")
+    with op.batch_alter_table("audit_events", schema=None) as batch_op:
+        batch_op.drop_column("capability")
+        batch_op.drop_column("tool")
+    with op.batch_alter_table("tool_schema", schema=None) as batch_op:
+        batch_op.drop_column("pinned_definition")
+    op.drop_index("ix_dashboard_sessions_expires_at", table_name="dashboard_sessions")
+    op.drop_table("dashboard_sessions")

@@ -1,0 +1,150 @@
+"""API keys at the HTTP edge: ``Authorization: Bearer <key>`` on every request but the open
+paths and the dashboard's own (which signs people in with a session cookie).
+
+    app.add_middleware(ApiKeyMiddleware, authenticate=ApiKeys(db).principal)
+    principal = principal_of(request)        # in a route: the key's Principal
+
+A missing, malformed, wrong or revoked key gets a 401 with
+``{"error": {"code": "UNAUTHORIZED", ...}}`` before anything else runs. A valid key's
+``Scope`` is put on the request (``request.state.pml_scope``), its ``Principal`` (scope, role
+``agent`` or ``admin``, key id) beside it (``request.state.pml_principal``); ``owner``, when
+given, names the session owner for the MCP layer (``scope["user"]``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Send
+from starlette.types import Scope as AsgiScope
+
+from pml.errors import Unauthorized
+from pml.registry.scope import Principal, Scope
+
+logger = logging.getLogger(__name__)
+
+SCOPE_STATE_KEY = "pml_scope"
+# The authenticated ``Principal`` (scope, key role, key id) of an HTTP request.
+PRINCIPAL_STATE_KEY = "pml_principal"
+# The dashboard's pages sign people in themselves (session cookie, CSRF tokens).
+DASHBOARD_PREFIX = "/ui/"
+DASHBOARD_ROOT = "/"
+
+# A bare Scope (older or test authenticators) stands for an ``agent`` key of that scope.
+Authenticate = Callable[[str], Awaitable[Principal | Scope | None]]
+
+OPEN_PATHS = frozenset({"/health"})
+Owner = Callable[[str, Principal], object]
+MAX_TOKEN_LENGTH = 512
+BEARER = re.compile(r"Bearer +([A-Za-z0-9._~+/-]+=*) *", re.IGNORECASE)
+
+
+class ApiKeyMiddleware:
+    """ASGI middleware: a valid ``Authorization: Bearer`` key, or a 401 and nothing else."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        authenticate: Authenticate,
+        open_paths: frozenset[str] = OPEN_PATHS,
+        owner: Owner | None = None,
+    ) -> None:
+        self.app = app
+        self.authenticate = authenticate
+        self.open_paths = open_paths
+        self.owner = owner
+
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self.app(scope, receive, send)
+            return
+        if kind != "http":  # no websocket endpoint exists; refuse before routing
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        path: str = scope["path"]
+        if path in self.open_paths and scope["method"] in ("GET", "HEAD"):
+            await self.app(scope, receive, send)
+            return
+        if is_dashboard_path(path):  # signs in with a cookie, never with a bearer key
+            await self.app(scope, receive, send)
+            return
+        token, problem = bearer_token(scope)
+        if token is None:
+            await unauthorized(problem)(scope, receive, send)
+            return
+        try:
+            found = await self.authenticate(token)
+        except Exception:  # the key store failed: not the caller's fault, and not a pass
+            logger.exception("API key check failed")
+            body = {"error": {"code": "INTERNAL_ERROR", "message": "Could not check the API key"}}
+            await JSONResponse(body, status_code=500)(scope, receive, send)
+            return
+        principal = as_principal(found)
+        if principal is None:
+            await unauthorized("Invalid or revoked API key")(scope, receive, send)
+            return
+        state: dict[str, Any] = dict(scope.get("state") or {})
+        state[SCOPE_STATE_KEY] = principal.scope
+        state[PRINCIPAL_STATE_KEY] = principal
+        scope["state"] = state
+        if self.owner is not None:
+            scope["user"] = self.owner(token, principal)
+        await self.app(scope, receive, send)
+
+
+def as_principal(found: object) -> Principal | None:
+    """What an authenticator returned as a ``Principal``: a bare ``Scope`` is an ``agent``;
+    anything else (None, or a value of another type) is no one."""
+    if isinstance(found, Principal):
+        return found
+    if isinstance(found, Scope):
+        return Principal(found, "agent")
+    return None
+
+
+def bearer_token(scope: AsgiScope) -> tuple[str | None, str]:
+    """The token of the request's single ``Authorization: Bearer`` header, or why there is none."""
+    values = [value for key, value in scope["headers"] if key == b"authorization"]
+    if not values:
+        return None, "Missing API key: send 'Authorization: Bearer <key>'"
+    raw = values[0]
+    if len(values) > 1 or len(raw) > MAX_TOKEN_LENGTH + 16:
+        return None, "Malformed Authorization header: expected 'Bearer <key>'"
+    match = BEARER.fullmatch(raw.decode("latin-1"))
+    if match is None or len(match.group(1)) > MAX_TOKEN_LENGTH:
+        return None, "Malformed Authorization header: expected 'Bearer <key>'"
+    return match.group(1), ""
+
+
+def unauthorized(message: str) -> Response:
+    """The 401 every refused request gets."""
+    return JSONResponse(
+        {"error": {"code": "UNAUTHORIZED", "message": message}},
+        status_code=401,
+        headers={"WWW-Authenticate": 'Bearer realm="pml"'},
+    )
+
+
+def is_dashboard_path(path: str) -> bool:
+    """Whether the dashboard answers ``path`` (``/`` and everything under ``/ui/``)."""
+    return path == DASHBOARD_ROOT or path.startswith(DASHBOARD_PREFIX)
+
+
+def principal_of(request: Request) -> Principal:
+    """The API key's principal the middleware put on ``request`` (UNAUTHORIZED without)."""
+    principal = getattr(request.state, PRINCIPAL_STATE_KEY, None)
+    if not isinstance(principal, Principal):  # the middleware puts it there; never serve without
+        raise Unauthorized("Missing API key")
+    return principal
+
+
+def state_of(principal: Principal) -> dict[str, Any]:
+    """The request-state entries for ``principal``."""
+    return {SCOPE_STATE_KEY: principal.scope, PRINCIPAL_STATE_KEY: principal}
