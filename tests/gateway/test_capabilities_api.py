@@ -376,7 +376,7 @@ async def test_a_failure_inside_is_an_error_object_without_a_traceback(
 
     monkeypatch.setattr(CapTools, "list", fail)
     monkeypatch.setattr(CapTools, "whois", fail)
-    caplog.set_level(logging.WARNING, logger="pml.gateway.capabilities_api")
+    caplog.set_level(logging.WARNING, logger="pml.web.api_capabilities")
     for path in ("/api/capabilities", "/api/capabilities/acme.webapp.math.add.abcd"):
         response = await served.get(served.keys["erwan"], path)
         assert response.status_code == status

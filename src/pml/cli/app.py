@@ -13,6 +13,7 @@ from pml.cli import (
     audit_cmd,
     cap_cmd,
     connect_cmd,
+    dashboard_cmd,
     db_cmd,
     discover_cmd,
     execute_cmd,
@@ -62,6 +63,7 @@ keys_cmd.register(app)
 perms_cmd.register(app)
 approvals_cmd.register(app)
 connect_cmd.register(app)
+dashboard_cmd.register(app)
 audit_cmd.register(app)
 serve_cmd.register(app)
 execute_cmd.register(app)

@@ -1,20 +1,16 @@
 """The gateway over streamable HTTP: ``/mcp`` (both protocol generations), ``GET /health``,
-``GET /api/audit`` (``pml.gateway.audit_api``), ``GET /api/capabilities`` and
-``GET /api/capabilities/{fqdn}`` (``pml.gateway.capabilities_api``), ``POST /api/traces``
-(``pml.gateway.traces_api``).
+and the web face beside it (``pml.web``): the REST API under ``/api`` and the dashboard
+under ``/`` and ``/ui/``.
 
     async with open_gateway(settings) as gateway:
         app = create_app(gateway)            # Starlette; API keys checked on every request
         ...
     await serve_http(settings, "127.0.0.1", 8765)   # the same, under uvicorn, until Ctrl-C
 
-Every request except ``GET /health`` needs ``Authorization: Bearer <api key>``. A missing,
-malformed, wrong or revoked key gets a 401 with ``{"error": {"code": "UNAUTHORIZED", ...}}``
-before anything else runs. A valid key's ``Scope`` is put on the request
-(``request.state.pml_scope``) for the MCP handlers, its ``Principal`` (scope, role ``agent``
-or ``admin``, key id) beside it (``request.state.pml_principal``) for the routes that
-depend on the role, and the key's digest becomes the session owner, so a session opened
-with one key cannot be used with another.
+Every request except ``GET /health`` and the dashboard's pages (which sign people in with
+a session cookie) needs ``Authorization: Bearer <api key>`` (``pml.web.auth``). The key's
+digest becomes the MCP session owner, so a session opened with one key cannot be used with
+another.
 """
 
 from __future__ import annotations
@@ -42,12 +38,12 @@ from pml.config import Settings
 from pml.gateway.notify import ToolListNotifier
 from pml.gateway.server import Gateway, open_gateway
 from pml.registry.scope import Principal
-from pml.upstream.base import UpstreamPool
-from pml.web.api_approvals import approvals_routes
-from pml.web.api_audit import audit_route
-from pml.web.api_capabilities import capabilities_routes
-from pml.web.api_traces import traces_route
-from pml.web.auth import SCOPE_STATE_KEY, ApiKeyMiddleware, Authenticate
+from pml.storage.catalog_repo import CatalogStore
+from pml.upstream.base import ServerStatus, UpstreamPool
+from pml.web.app import web_routes
+from pml.web.auth import ApiKeyMiddleware, Authenticate, as_principal
+from pml.web.dashboard.signin import KeyCheck
+from pml.web.services import WebServices
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +62,43 @@ def _session_owner(token: str, principal: Principal) -> AuthenticatedUser:
             subject=f"{principal.scope.key}:{principal.scope.user}",
         )
     )
+
+
+class PoolStates:
+    """The running pool's server states, for the web face."""
+
+    def __init__(self, pool: UpstreamPool) -> None:
+        self._pool = pool
+
+    async def states(self) -> list[ServerStatus]:
+        return list(self._pool.status())
+
+
+def web_services_of(gateway: Gateway) -> WebServices:
+    """The gateway's own services, for the REST API and the dashboard."""
+    policy = gateway.policy
+    return WebServices(
+        settings=gateway.settings,
+        db=gateway.db,
+        registry=gateway.registry,
+        desk=policy.approvals.desk,
+        grants=policy.grants,
+        audit=policy.audit,
+        catalog=CatalogStore(gateway.db),
+        servers=PoolStates(gateway.pool),
+        deployment=gateway.default_scope,
+        discovery=gateway.discovery,
+        traces=gateway.traces,
+    )
+
+
+def as_key_check(authenticate: Authenticate) -> KeyCheck:
+    """``authenticate`` answering a ``Principal`` (a bare scope is an agent)."""
+
+    async def check(token: str) -> Principal | None:
+        return as_principal(await authenticate(token))
+
+    return check
 
 
 def create_app(
@@ -89,14 +122,10 @@ def create_app(
         ]
         return JSONResponse({"status": "ok", "version": __version__, "upstream": upstream})
 
-    routes = [
-        Route("/health", health, methods=["GET"]),
-        audit_route(gateway.db),
-        *approvals_routes(gateway.policy.approvals.desk),
-        *capabilities_routes(gateway.registry),
-        traces_route(gateway.traces, SCOPE_STATE_KEY),
-    ]
+    routes = [Route("/health", health, methods=["GET"])]
     app = gateway.server.streamable_http_app(host=host, custom_starlette_routes=routes)
+    services = web_services_of(gateway)
+    app.router.routes.extend(web_routes(services, authenticate=as_key_check(authenticate)))
     app.add_middleware(ApiKeyMiddleware, authenticate=authenticate, owner=_session_owner)
     return app
 

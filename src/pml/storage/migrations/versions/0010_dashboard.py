@@ -40,8 +40,7 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("pinned_definition", JsonValue(), nullable=True))
     # Until now only the pinned hash was kept: a tool that is not flagged is pinned as it is.
     op.execute(
-        "UPDATE tool_schema SET pinned_definition = definition "
-        "WHERE definition_hash = pinned_hash"
+        "UPDATE tool_schema SET pinned_definition = definition WHERE definition_hash = pinned_hash"
     )
     with op.batch_alter_table("audit_events", schema=None) as batch_op:
         batch_op.add_column(sa.Column("tool", sa.String(400), nullable=True))
