@@ -21,9 +21,9 @@ from execution.clientrouting import READ_INTENT, READ_NOTE, Hub, open_hub, trace
 from gateway.upstreams import data_of
 from pml.execution.capture import CaptureService
 from pml.execution.clients import CLIENT_HEADER, SERVERS_HEADER
-from pml.web import api_traces as traces_api
 from pml.gateway.http import running_http
 from pml.gateway.keys import ApiKeys
+from pml.web import api_traces as traces_api
 
 pytestmark = pytest.mark.anyio
 

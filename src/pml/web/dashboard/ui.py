@@ -75,13 +75,13 @@ async def form_of(request: Request) -> dict[str, str]:
     """An ``application/x-www-form-urlencoded`` body as single values (``INVALID_INPUT``
     when it is too large, repeats a field or is not that kind of body)."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind != "application/x-www-form-urlencoded":
-        raise InvalidInput("Expected a form post", field="body")
     raw = bytearray()
     async for chunk in request.stream():
         raw.extend(chunk)
         if len(raw) > MAX_FORM_BYTES:
             raise InvalidInput(f"Form too large (max {MAX_FORM_BYTES} bytes)", field="body")
+    if kind != "application/x-www-form-urlencoded" and (raw or kind):
+        raise InvalidInput("Expected a form post", field="body")
     try:
         text = raw.decode("utf-8")
         parsed = parse_qs(
