@@ -385,6 +385,6 @@ async def test_a_failure_inside_is_an_error_object_without_a_traceback(
         assert body["error"]["code"] == code
         assert "Traceback" not in response.text
         assert "boom" not in response.text
-    logged = [record for record in caplog.records if record.name.endswith("capabilities_api")]
+    logged = [record for record in caplog.records if record.name == "pml.web.api_capabilities"]
     assert len(logged) == 2
     assert all((record.exc_info is not None) == (status == 500) for record in logged)

@@ -40,6 +40,7 @@ def loopback_socket(port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((LOOPBACK, port))
+        sock.listen(128)  # before the URL is printed: a visit at once is answered
     except OSError:
         sock.close()
         raise

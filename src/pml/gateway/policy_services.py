@@ -38,6 +38,7 @@ from pml.policy.router import IntentRouter
 from pml.policy.version import policy_version
 from pml.storage.database import Database
 from pml.storage.workflow_repo import WorkflowStateStore
+from pml.web.dashboard.sessions import SessionStore
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +116,7 @@ async def open_policy(
         "grants": grants.purge_expired,
         "approvals": desk.purge_expired,  # before "workflows": expired approvals are audited
         "workflows": workflows.purge_expired,
+        "dashboard sessions": SessionStore(db).purge_expired,
     }
     async with audit.running(), _purging(purges, PURGE_INTERVAL_S):
         yield PolicyServices(enforcer, approvals, audit, grants, workflows, purges)
