@@ -43,3 +43,17 @@ def test_the_curation_names_benchmark_gives_every_owner_a_name() -> None:
     # the first gets the name itself; the taken _2.._11 are skipped: the other 49 end at _60
     assert printed["max_suffix"] == 60
     assert isinstance(printed["search_ms"], float)
+
+
+def test_the_dashboard_benchmark_times_every_page_at_a_small_size() -> None:
+    printed = run_benchmark(
+        "dashboard.py",
+        *("--capabilities", "30", "--events", "300", "--servers", "3", "--usage", "300"),
+        *("--n", "2", "--embedder", "hashing"),
+    )
+    pages = printed["pages"]
+    assert isinstance(pages, dict)
+    assert {"approvals", "capabilities", "servers", "audit", "usage"} <= set(pages)
+    for figures in pages.values():
+        assert figures["status"] == 200
+        assert figures["p95_ms"] > 0
