@@ -100,8 +100,9 @@ PROTECTED = [
     ("DELETE", "/mcp"),
     ("GET", "/api/capabilities"),
     ("POST", "/health"),
-    ("GET", "/"),
     ("GET", "/health/"),
+    ("GET", "/anything-else"),
+    ("GET", "/uix"),
 ]
 
 
@@ -135,6 +136,18 @@ async def test_requests_without_a_valid_key_get_401_and_nothing_else(
                 refused.append((authorization, method, path))
     assert len(refused) == len(BAD_AUTHORIZATIONS) * len(PROTECTED)
     assert upstreams["a"].calls == []
+
+
+async def test_the_dashboard_root_sends_a_visitor_without_a_session_to_sign_in(
+    served: Served,
+) -> None:
+    async with httpx.AsyncClient(timeout=TIMEOUT) as http:
+        for authorization in BAD_AUTHORIZATIONS:
+            headers = [] if authorization is None else [(b"Authorization", authorization.encode())]
+            response = await http.get(f"{served.url}/", headers=headers)
+            assert response.status_code == 303
+            assert response.headers["location"] == "/ui/login"
+            assert response.content == b""
 
 
 async def test_a_revoked_key_gets_401(served: Served) -> None:
