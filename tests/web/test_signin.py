@@ -119,3 +119,21 @@ def test_only_same_site_paths_are_followed_after_sign_in() -> None:
     ):
         assert safe_next(hostile) == "/"
     assert safe_next("/ui/x\r\nSet-Cookie: a=b") == "/"
+
+
+async def test_an_opaque_origin_counts_only_with_same_origin_fetch_metadata(
+    web: WebHarness,
+) -> None:
+    fields = {"csrf": web.csrf}
+    blind = await web.http.post("/ui/logout", data=fields, headers={"Origin": "null"})
+    assert blind.status_code == 403
+    cross = await web.http.post(
+        "/ui/logout", data=fields, headers={"Origin": "null", "Sec-Fetch-Site": "cross-site"}
+    )
+    assert cross.status_code == 403
+    assert (await web.get("/ui/capabilities")).status_code == 200
+    same = await web.http.post(
+        "/ui/logout", data=fields, headers={"Origin": "null", "Sec-Fetch-Site": "same-origin"}
+    )
+    assert same.status_code == 303
+    assert (await web.get("/ui/capabilities")).status_code == 303

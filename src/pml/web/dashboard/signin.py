@@ -28,7 +28,7 @@ from starlette.routing import Route
 from pml.errors import InvalidInput
 from pml.registry.scope import Principal
 from pml.web.dashboard.sessions import SESSION_COOKIE, SessionStore, SignInTokens
-from pml.web.dashboard.ui import Ui, form_of, same_origin, with_headers
+from pml.web.dashboard.ui import Ui, form_of, same_origin, waiting, with_headers
 from pml.web.services import WebServices
 
 logger = logging.getLogger(__name__)
@@ -201,7 +201,7 @@ def signin_routes(
             return RedirectResponse("/ui/login", status_code=303)
         scope = viewer.scope
         pending = await services.desk.pending(scope.org, scope.project)
-        return RedirectResponse("/ui/approvals" if pending else "/ui/capabilities", 303)
+        return RedirectResponse("/ui/approvals" if waiting(pending) else "/ui/capabilities", 303)
 
     return [
         Route("/", home, methods=["GET"]),

@@ -42,7 +42,8 @@ SECURITY_HEADERS = {
     ),
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
+    # same-origin: with no-referrer, Chromium sends "Origin: null" on form posts
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 NAVIGATION = (
@@ -64,10 +65,12 @@ def with_headers(response: Response) -> Response:
 def same_origin(request: Request) -> bool:
     """Whether a state-changing request comes from a page of this very origin."""
     origin = request.headers.get("origin")
+    site = request.headers.get("sec-fetch-site")
+    if origin == "null":  # an opaque origin (privacy settings): only the fetch metadata tells
+        return site == "same-origin"
     if origin is not None:
         own = f"{request.url.scheme}://{request.headers.get('host', '')}"
         return origin == own
-    site = request.headers.get("sec-fetch-site")
     return site is None or site in ("same-origin", "none")
 
 
@@ -189,7 +192,7 @@ class Ui:
         html = self.env.get_template(template).render(
             viewer=viewer,
             csrf=viewer.csrf,
-            pending_count=len(pending),
+            pending_count=waiting(pending),
             path=request.url.path,
             **context,
         )
@@ -198,6 +201,11 @@ class Ui:
     def fragment(self, template: str, **context: Any) -> Response:
         """A template rendered alone (a live region's refresh), with the security headers."""
         return with_headers(HTMLResponse(self.env.get_template(template).render(**context)))
+
+
+def waiting(approvals: list[dict[str, Any]]) -> int:
+    """How many approvals still wait for a person (decided ones wait for their agent)."""
+    return sum(1 for approval in approvals if approval.get("status") == "pending")
 
 
 def form(request: Request) -> Mapping[str, str]:

@@ -24,13 +24,17 @@
         if (append) {
           if (html.trim()) el.insertAdjacentHTML("beforeend", html);
           if (next) el.setAttribute("data-after-id", next);
-        } else if (el.innerHTML !== html) {
+        } else if (el.__pmlLast !== html) {
+          // compared with the last answer, not innerHTML: the browser rewrites markup, and
+          // a needless swap would drop the keyboard focus and re-announce the region
           el.innerHTML = html;
+          el.__pmlLast = html;
         }
       });
     }).catch(function () { /* offline for a moment: try again at the next tick */ });
   }
   function start(el) {
+    el.__pmlLast = el.innerHTML;
     var interval = parseInt(el.getAttribute("data-interval") || "1500", 10);
     if (!(interval >= 500)) interval = 1500;
     var busy = false;
