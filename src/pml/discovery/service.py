@@ -128,6 +128,15 @@ class DiscoveryService:
         hits = await self.search(scope, intent, kind=kind, limit=limit, min_score=min_score)
         return [render(hit, routing=self._tool_routing(hit)) for hit in hits]
 
+    async def rank(
+        self, scope: Scope, intent: str, *, kind: KindFilter = "all", limit: int = 5
+    ) -> list[dict[str, Any]]:
+        """``pml_discover``'s ranking of what ``scope`` may see, without an agent request's
+        policy: a person's search (the dashboard) is not an agent's request, so it is neither
+        routed, filtered by that request's policy nor audited as one."""
+        hits = await self.search(scope, intent, kind=kind, limit=limit, policed=False)
+        return [render(hit, routing=self._tool_routing(hit)) for hit in hits]
+
     async def search(
         self,
         scope: Scope,
@@ -136,11 +145,12 @@ class DiscoveryService:
         kind: KindFilter = "all",
         limit: int = 5,
         min_score: float = 0.0,
+        policed: bool = True,
     ) -> list[Hit]:
         """The ranked index rows for ``intent`` that ``scope`` may see and may call."""
         await self.refresh()
         vector = await self._query_vector(intent)
-        policy = self.policy
+        policy = self.policy if policed else None
         wanted = limit if policy is None else min(limit * POLICY_OVERFETCH, MAX_POLICY_FETCH)
         hits = self._index.search(
             vector, terms(intent), scope, kind=kind, limit=wanted, min_score=min_score

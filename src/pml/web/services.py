@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pml.config import Settings
+from pml.discovery.base import KindFilter
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityRegistry
 from pml.storage.catalog_repo import CatalogStore
@@ -24,11 +25,20 @@ from pml.storage.database import Database
 from pml.upstream.base import ServerStatus, UpstreamTool
 
 if TYPE_CHECKING:
-    from pml.discovery.base import Discoverer
     from pml.execution.approval_desk import ApprovalDesk
     from pml.execution.trace_ingest import TraceIngest
     from pml.policy.audit import AuditLog
     from pml.policy.grants import GrantService
+
+
+class CapabilitySearch(Protocol):
+    """``pml_discover``'s ranking for a person's search (``DiscoveryService.rank``)."""
+
+    async def rank(
+        self, scope: Scope, intent: str, *, kind: KindFilter = "all", limit: int = 5
+    ) -> list[dict[str, Any]]:
+        """Results best first, as ``pml_discover`` shapes them."""
+        ...
 
 
 class ServerStates(Protocol):
@@ -53,7 +63,7 @@ class WebServices:
     servers: ServerStates
     # The scope upstream servers are recorded in (``[scope]``): its admins accept definitions.
     deployment: Scope
-    discovery: Discoverer | None = None
+    discovery: CapabilitySearch | None = None
     traces: TraceIngest | None = None
 
 

@@ -46,6 +46,18 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
+ERROR_STATUS = {
+    "INVALID_INPUT": 400,
+    "INVALID_NAME": 400,
+    "FORBIDDEN": 403,
+    "PERMISSION_DENIED": 403,
+    "NOT_FOUND": 404,
+    "VERSION_NOT_FOUND": 404,
+    "ALREADY_DECIDED": 409,
+    "NAME_TAKEN": 409,
+    "NAME_COLLISION": 409,
+    "STORAGE_ERROR": 503,
+}
 NAVIGATION = (
     ("approvals", "Approvals", "/ui/approvals"),
     ("capabilities", "Capabilities", "/ui/capabilities"),
@@ -157,9 +169,7 @@ class Ui:
         try:
             return await handler(request, viewer)
         except PmlError as error:
-            status = {"NOT_FOUND": 404, "INVALID_INPUT": 400, "FORBIDDEN": 403}.get(
-                error.code, 409 if error.code in ("ALREADY_DECIDED", "NAME_COLLISION") else 500
-            )
+            status = ERROR_STATUS.get(error.code, 500)
             if status == 500:
                 logger.warning("dashboard %s failed: %s", request.url.path, error)
             return await self.render(
