@@ -158,7 +158,7 @@ async def seed(db: Database, args: argparse.Namespace) -> dict[str, Any]:
         await workflows.put(
             f"wf_bench_{index}", kind=APPROVAL_KIND, scope=SCOPE, state=state, ttl_s=3600
         )
-    return {"fqdn": fqdns[len(fqdns) // 2], "server": "srv07"}
+    return {"fqdn": fqdns[len(fqdns) // 2], "server": f"srv{min(7, args.servers - 1):02d}"}
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -48,7 +48,7 @@ def test_the_curation_names_benchmark_gives_every_owner_a_name() -> None:
 def test_the_dashboard_benchmark_times_every_page_at_a_small_size() -> None:
     printed = run_benchmark(
         "dashboard.py",
-        *("--capabilities", "30", "--events", "300", "--servers", "3", "--usage", "300"),
+        *("--capabilities", "60", "--events", "300", "--servers", "3", "--usage", "300"),
         *("--n", "2", "--embedder", "hashing"),
     )
     pages = printed["pages"]

@@ -274,3 +274,66 @@ async def test_upgrading_to_0009_makes_existing_keys_agents_and_approvals_undeci
         assert (state.workflow_id, state.decision) == ("wf_0002", None)
     finally:
         await db.close()
+
+
+async def test_upgrading_to_0010_backfills_audit_targets_and_pins_unflagged_definitions(
+    blank_url: str,
+) -> None:
+    from pml.storage.tables import audit_events, tool_schema
+
+    db = await Database.open(blank_url, migrate=False)
+    try:
+        await db.upgrade("0009")
+        now = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+        fqdn = "acme.webapp.fs.read_json.a7f3"
+        async with db.transaction() as conn:  # the columns 0009 has, no more
+            for index, details in enumerate(
+                (
+                    {"tool": "fs:read_file", "capability": "file_read"},
+                    {"capability": fqdn},
+                    {"fqdn": fqdn, "tool": "x" * 500},
+                    {"value": "100%"},
+                )
+            ):
+                await conn.execute(
+                    audit_events.insert().values(
+                        id=index + 1,
+                        ts=now,
+                        event="TOOL_CALL_END",
+                        org="acme",
+                        project="webapp",
+                        details=details,
+                    )
+                )
+            for name, current, pinned, flagged in (
+                ("same", "h1", "h1", False),
+                ("changed", "h2", "h0", True),
+            ):
+                await conn.execute(
+                    tool_schema.insert().values(
+                        server_id="fs",
+                        tool_name=name,
+                        definition={"name": name},
+                        definition_hash=current,
+                        pinned_hash=pinned,
+                        flagged=flagged,
+                        first_seen_at=now,
+                        updated_at=now,
+                    )
+                )
+        await db.upgrade()
+        async with db.read() as conn:
+            events = (await conn.execute(sa.select(audit_events).order_by("id"))).all()
+            tools = {
+                row.tool_name: row.pinned_definition
+                for row in await conn.execute(sa.select(tool_schema))
+            }
+        assert [(row.tool, row.capability) for row in events] == [
+            ("fs:read_file", None),  # a permission capability is not a capability's FQDN
+            (None, fqdn),
+            ("x" * 400, fqdn),
+            (None, None),
+        ]
+        assert tools == {"same": {"name": "same"}, "changed": None}
+    finally:
+        await db.close()

@@ -237,6 +237,7 @@ audit_events = sa.Table(
     sa.Index(None, "org", "project", "actor", "id"),
     sa.Index(None, "org", "project", "tool", "id"),
     sa.Index(None, "org", "project", "capability", "id"),
+    sa.Index(None, "org", "project", "decided_by", "id"),
 )
 
 permission_grants = sa.Table(

@@ -1,7 +1,7 @@
 # pyright: basic
 """The dashboard: people's sign-in sessions, the pinned definition of each upstream tool
 (so a changed one can be shown as a diff and accepted), and audit columns the dashboard
-filters on (the tool and the capability an event is about), indexed per org/project.
+filters on (the tool and the capability FQDN an event is about), indexed per org/project.
 
 Revision ID: 0010
 Revises: 0009
@@ -19,7 +19,7 @@ down_revision = "0009"
 branch_labels = None
 depends_on = None
 
-AUDIT_INDEXES = ("event", "actor", "tool", "capability")
+AUDIT_INDEXES = ("event", "actor", "tool", "capability", "decided_by")
 
 
 def upgrade() -> None:
@@ -49,13 +49,17 @@ def upgrade() -> None:
     if bind.dialect.name == "postgresql":
         op.execute(
             "UPDATE audit_events SET tool = left(details->>'tool', 400), "
-            "capability = left(coalesce(details->>'fqdn', details->>'capabilityFqdn'), 400)"
+            "capability = left(coalesce(details->>'fqdn', details->>'capabilityFqdn', "
+            "CASE WHEN details->>'capability' LIKE '%.%.%.%.%' "
+            "THEN details->>'capability' END), 400)"
         )
     else:
         op.execute(
             "UPDATE audit_events SET tool = substr(json_extract(details, '$.tool'), 1, 400), "
             "capability = substr(coalesce(json_extract(details, '$.fqdn'), "
-            "json_extract(details, '$.capabilityFqdn')), 1, 400)"
+            "json_extract(details, '$.capabilityFqdn'), "
+            "CASE WHEN json_extract(details, '$.capability') LIKE '%.%.%.%.%' "
+            "THEN json_extract(details, '$.capability') END), 1, 400)"
         )
     for column in AUDIT_INDEXES:
         op.create_index(
