@@ -29,7 +29,6 @@ from typing import Any
 
 import httpx
 import mcp_types
-import sqlalchemy as sa
 from starlette.applications import Starlette
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -42,8 +41,8 @@ from pml.registry.service import CapabilityRegistry
 from pml.storage.audit_repo import AuditEntry, AuditRepository
 from pml.storage.catalog_repo import CatalogStore
 from pml.storage.database import Database
-from pml.storage.tables import tool_usage
 from pml.storage.types import utc_now
+from pml.storage.usage_repo import SqlToolUsageRepository, ToolUsageRow
 from pml.storage.workflow_repo import WorkflowStateStore
 from pml.upstream.base import ServerStatus
 from pml.web.dashboard import dashboard_routes
@@ -111,21 +110,21 @@ async def seed(db: Database, args: argparse.Namespace) -> dict[str, Any]:
         ]
         await repo.insert_many(rows)
     for start in range(0, args.usage, BATCH):
-        values = [
-            {
-                "server_id": f"srv{rng.randrange(args.servers):02d}",
-                "tool_name": f"tool_{rng.randrange(10)}",
-                "latency_ms": rng.uniform(1, 200),
-                "success": rng.random() > 0.05,
-                "org": SCOPE.org,
-                "project": SCOPE.project,
-                "user_id": "bench",
-                "called_at": now - timedelta(seconds=rng.uniform(0, 30 * 86400)),
-            }
+        calls = [
+            ToolUsageRow(
+                server_id=f"srv{rng.randrange(args.servers):02d}",
+                tool_name=f"tool_{rng.randrange(10)}",
+                latency_ms=rng.uniform(1, 200),
+                success=rng.random() > 0.05,
+                org=SCOPE.org,
+                project=SCOPE.project,
+                user_id="bench",
+                called_at=now - timedelta(seconds=rng.uniform(0, 30 * 86400)),
+            )
             for _ in range(start, min(start + BATCH, args.usage))
         ]
-        async with db.transaction() as conn:
-            await conn.execute(sa.insert(tool_usage), values)
+        async with db.transaction() as conn:  # as the gateway records them (with the roll-up)
+            await SqlToolUsageRepository(conn).insert_many(calls)
     workflows = WorkflowStateStore(db)
     for index in range(20):
         state = {

@@ -7,6 +7,7 @@ import uuid
 from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
+import sqlalchemy as sa
 
 from pml.errors import InvalidInput
 from pml.storage.dashboard_usage_repo import (
@@ -166,3 +167,47 @@ async def test_intents_are_distinct_most_recent_first_and_of_this_tenant_only(
     ]
     assert seen[0].last_seen == NOW
     assert len(await intents_of(db, "acme", "webapp", FQDN, limit=1)) == 1
+
+
+def test_p95_is_the_bound_of_the_bucket_holding_the_nearest_rank_call() -> None:
+    from pml.storage.tables import LATENCY_BUCKETS
+    from pml.storage.usage_repo import latency_bucket
+    from pml.storage.usage_stats_repo import p95_bound
+
+    def buckets(*latencies: float) -> list[int]:
+        counts = dict.fromkeys(LATENCY_BUCKETS, 0)
+        for latency in latencies:
+            counts[latency_bucket(latency)] += 1
+        return list(counts.values())
+
+    assert p95_bound(buckets(), 0.0) is None
+    assert p95_bound(buckets(3.0), 3.0) == 3.0  # never above the highest latency seen
+    assert p95_bound(buckets(*[1.0] * 95, *[900.0] * 5), 900.0) == 1.0
+    assert p95_bound(buckets(*[1.0] * 94, *[900.0] * 6), 900.0) == 900.0
+    assert p95_bound(buckets(60_000.0, 70_000.0), 70_000.0) == 70_000.0
+    assert latency_bucket(0.0) == latency_bucket(1.0) == "lat_le_1"
+    assert latency_bucket(1.0001) == "lat_le_2"
+    assert latency_bucket(10_000.5) == "lat_over"
+
+
+async def test_the_roll_up_adds_up_to_the_raw_rows_across_batches(db: Database) -> None:
+    from pml.storage.tables import tool_usage_daily
+
+    at = datetime(2026, 11, 20, 23, 59, tzinfo=UTC)
+
+    def read(when: datetime, latency_ms: float, *, success: bool = True) -> ToolUsageRow:
+        return call(when, server="fs", tool="read", latency_ms=latency_ms, success=success)
+
+    first = [read(at, 5.0), read(at, 50.0, success=False)]
+    second = [read(at + timedelta(minutes=2), 7.0), read(at, 500.0)]  # the next UTC day, then not
+    for batch in (first, second):
+        await insert(db, *batch)
+    async with db.read() as conn:
+        rows = {
+            row.day: row for row in await conn.execute(sa.select(tool_usage_daily).order_by("day"))
+        }
+    assert set(rows) == {"2026-11-20", "2026-11-21"}
+    day = rows["2026-11-20"]
+    assert (day.calls, day.errors, day.latency_sum_ms, day.latency_max_ms) == (3, 1, 555.0, 500.0)
+    assert (day.lat_le_5, day.lat_le_50, day.lat_le_500) == (1, 1, 1)
+    assert rows["2026-11-21"].calls == 1

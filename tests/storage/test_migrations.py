@@ -337,3 +337,41 @@ async def test_upgrading_to_0010_backfills_audit_targets_and_pins_unflagged_defi
         assert tools == {"same": {"name": "same"}, "changed": None}
     finally:
         await db.close()
+
+
+async def test_upgrading_to_0010_rolls_existing_tool_usage_up_per_day(blank_url: str) -> None:
+    from pml.storage.tables import tool_usage, tool_usage_daily
+
+    db = await Database.open(blank_url, migrate=False)
+    try:
+        await db.upgrade("0009")
+        day = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+        async with db.transaction() as conn:
+            for latency, success, when in (
+                (0.5, True, day),
+                (30.0, False, day),
+                (20_000.0, True, day),
+                (3.0, True, day.replace(day=3)),
+            ):
+                await conn.execute(
+                    tool_usage.insert().values(
+                        server_id="fs",
+                        tool_name="read",
+                        latency_ms=latency,
+                        success=success,
+                        org="acme",
+                        project="webapp",
+                        called_at=when,
+                    )
+                )
+        await db.upgrade()
+        async with db.read() as conn:
+            rows = {row.day: row for row in await conn.execute(sa.select(tool_usage_daily))}
+        assert set(rows) == {"2025-01-02", "2025-01-03"}
+        first = rows["2025-01-02"]
+        assert (first.calls, first.errors, first.latency_max_ms) == (3, 1, 20_000.0)
+        assert first.latency_sum_ms == pytest.approx(20_030.5)
+        assert (first.lat_le_1, first.lat_le_50, first.lat_over) == (1, 1, 1)
+        assert (rows["2025-01-03"].calls, rows["2025-01-03"].lat_le_5) == (1, 1)
+    finally:
+        await db.close()

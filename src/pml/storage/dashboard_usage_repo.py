@@ -1,4 +1,5 @@
-"""Per-day counts over ``tool_usage`` for the dashboard's charts (SQLite and PostgreSQL).
+"""Per-day counts for the dashboard's charts, from ``tool_usage_daily`` (``tool_usage``
+rolled up per UTC day and tool as calls are recorded; SQLite and PostgreSQL).
 
     days = await calls_per_day(db, "acme", "webapp", server_id=CAPABILITY_SERVER_ID,
                                tool_name=fqdn, days=30)
@@ -10,8 +11,9 @@
 
 Days are UTC calendar days, oldest first, and every day of the window is present (a day
 without calls has ``calls=0``), so a chart's bars line up with dates. The grouping runs in
-the database (one row per day and group), whatever the number of calls. A capability's calls
-are the rows with ``server_id = CAPABILITY_SERVER_ID`` and its FQDN as ``tool_name``.
+the database over roll-up rows (one per day and tool), whatever the number of calls.
+A capability's calls are the rows with ``server_id = CAPABILITY_SERVER_ID`` and its FQDN
+as ``tool_name``.
 The intents a capability was run for come from its runs' traces (``execution_traces``).
 """
 
@@ -23,11 +25,10 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Final
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pml.errors import InvalidInput
 from pml.storage.database import Database
-from pml.storage.tables import execution_traces, tool_usage
+from pml.storage.tables import execution_traces, tool_usage_daily
 from pml.storage.types import utc_now
 
 MAX_DAYS: Final = 366
@@ -69,17 +70,6 @@ def window(days: int, until: datetime | None = None) -> tuple[date, datetime, da
     return first, start, end
 
 
-def _day_of(conn: AsyncConnection) -> sa.ColumnElement[str]:
-    """``called_at`` as ``YYYY-MM-DD`` in UTC, in this backend's SQL."""
-    column = tool_usage.c.called_at
-    if conn.dialect.name == "postgresql":
-        # Literals, not bound parameters: GROUP BY must repeat the very same expression.
-        utc = sa.func.timezone(sa.literal_column("'UTC'"), column)
-        return sa.func.to_char(utc, sa.literal_column("'YYYY-MM-DD'"))
-    # SQLite stores naive UTC text (see UtcDateTime): its date() is the UTC day.
-    return sa.func.date(column)
-
-
 def _filled(first: date, days: int, found: dict[date, DayCount]) -> list[DayCount]:
     every = (first + timedelta(days=offset) for offset in range(days))
     return [found.get(day, DayCount(day, 0, 0, 0.0)) for day in every]
@@ -95,32 +85,33 @@ async def _grouped(
     where: Sequence[sa.ColumnElement[bool]],
     by_server: bool,
 ) -> tuple[date, dict[str, dict[date, DayCount]]]:
-    first, start, end = window(days, until)
-    t = tool_usage.c
+    first, _, end = window(days, until)
+    d = tool_usage_daily.c
+    last = (end - timedelta(days=1)).date()
+    group: sa.ColumnElement[str] = (
+        d.server_id if by_server else sa.literal_column("''", sa.String()).label("server_id")
+    )
+    query = (
+        sa.select(
+            group,
+            d.day,
+            sa.func.sum(d.calls).label("calls"),
+            sa.func.sum(d.errors).label("errors"),
+            sa.func.sum(d.latency_sum_ms).label("latency_sum_ms"),
+        )
+        .where(d.org == org, d.project == project)
+        .where(d.day >= first.isoformat(), d.day <= last.isoformat())
+        .where(*where)
+        .group_by(*((d.server_id,) if by_server else ()), d.day)
+    )
     async with db.read() as conn:
-        day = _day_of(conn).label("day")
-        group: sa.ColumnElement[str] = (
-            t.server_id if by_server else sa.literal_column("''", sa.String()).label("server_id")
-        )
-        query = (
-            sa.select(
-                group,
-                day,
-                sa.func.count().label("calls"),
-                sa.func.sum(sa.case((t.success.is_(False), 1), else_=0)).label("errors"),
-                sa.func.avg(t.latency_ms).label("avg_latency_ms"),
-            )
-            .where(t.org == org, t.project == project, t.called_at >= start, t.called_at < end)
-            .where(*where)
-            .group_by(*((t.server_id,) if by_server else ()), day)
-        )
         rows = (await conn.execute(query)).all()
     found: dict[str, dict[date, DayCount]] = {}
     for row in rows:
         when = date.fromisoformat(str(row.day)[:10])
-        count = DayCount(
-            when, int(row.calls), int(row.errors or 0), float(row.avg_latency_ms or 0.0)
-        )
+        calls = int(row.calls or 0)
+        mean = float(row.latency_sum_ms or 0.0) / calls if calls else 0.0
+        count = DayCount(when, calls, int(row.errors or 0), mean)
         found.setdefault(str(row.server_id), {})[when] = count
     return first, found
 
@@ -137,12 +128,12 @@ async def calls_per_day(
 ) -> list[DayCount]:
     """Calls made from ``org``/``project`` per UTC day over the last ``days`` days (oldest
     first, every day present), optionally of one server and/or one tool."""
-    t = tool_usage.c
+    d = tool_usage_daily.c
     where: list[sa.ColumnElement[bool]] = []
     if server_id is not None:
-        where.append(t.server_id == server_id)
+        where.append(d.server_id == server_id)
     if tool_name is not None:
-        where.append(t.tool_name == tool_name)
+        where.append(d.tool_name == tool_name)
     first, found = await _grouped(
         db, org, project, days=days, until=until, where=where, by_server=False
     )

@@ -176,6 +176,32 @@ tool_usage = sa.Table(
     sa.Index(None, "org", "project", "called_at"),
 )
 
+# Upper bounds (ms) of the latency buckets each day's row counts calls in; the last bucket,
+# ``lat_over``, holds the slower ones. A percentile is read as "at most <bound> ms".
+LATENCY_BOUNDS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+LATENCY_BUCKETS = (*(f"lat_le_{bound}" for bound in LATENCY_BOUNDS_MS), "lat_over")
+
+# ``tool_usage`` rolled up per UTC day and tool, kept in step by every insert: the
+# dashboard's charts read a few hundred of these rows instead of every call.
+tool_usage_daily = sa.Table(
+    "tool_usage_daily",
+    metadata,
+    sa.Column("org", SCOPE_PART, primary_key=True),
+    sa.Column("project", SCOPE_PART, primary_key=True),
+    sa.Column("day", sa.String(10), primary_key=True),  # YYYY-MM-DD, UTC
+    sa.Column("server_id", sa.String(128), primary_key=True),
+    sa.Column("tool_name", sa.String(400), primary_key=True),
+    sa.Column("calls", sa.Integer(), nullable=False),
+    sa.Column("errors", sa.Integer(), nullable=False),
+    sa.Column("latency_sum_ms", sa.Float(), nullable=False),
+    sa.Column("latency_max_ms", sa.Float(), nullable=False),
+    *(
+        sa.Column(name, sa.Integer(), nullable=False, server_default="0")
+        for name in LATENCY_BUCKETS
+    ),
+    sa.Index(None, "org", "project", "server_id", "tool_name", "day"),
+)
+
 execution_traces = sa.Table(
     "execution_traces",
     metadata,

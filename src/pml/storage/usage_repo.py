@@ -16,11 +16,22 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from pml.storage.tables import tool_usage
+from pml.storage.tables import LATENCY_BOUNDS_MS, LATENCY_BUCKETS, tool_usage, tool_usage_daily
 
 CAPABILITY_SERVER_ID: Final = "pml-capabilities"
+ADDED: Final = ("calls", "errors", "latency_sum_ms", *LATENCY_BUCKETS)
+
+
+def latency_bucket(latency_ms: float) -> str:
+    """The ``tool_usage_daily`` column that counts a call of this latency."""
+    for bound, name in zip(LATENCY_BOUNDS_MS, LATENCY_BUCKETS, strict=False):
+        if latency_ms <= bound:
+            return name
+    return LATENCY_BUCKETS[-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +71,53 @@ class SqlToolUsageRepository:
         self.conn = conn
 
     async def insert_many(self, rows: list[ToolUsageRow]) -> None:
-        """One statement for a batch of calls."""
-        if rows:
-            await self.conn.execute(sa.insert(tool_usage), [asdict(row) for row in rows])
+        """One statement for a batch of calls, and one upsert of their per-day roll-up
+        (``tool_usage_daily``) in the same transaction."""
+        if not rows:
+            return
+        await self.conn.execute(sa.insert(tool_usage), [asdict(row) for row in rows])
+        await self._roll_up(rows)
+
+    async def _roll_up(self, rows: list[ToolUsageRow]) -> None:
+        days: dict[tuple[str, str, str, str, str], dict[str, Any]] = {}
+        for row in rows:
+            day = row.called_at.astimezone(UTC).date().isoformat()
+            key = (row.org, row.project, day, row.server_id, row.tool_name)
+            found = days.get(key)
+            if found is None:
+                found = days[key] = dict.fromkeys(("calls", "errors", *LATENCY_BUCKETS), 0) | {
+                    "latency_sum_ms": 0.0,
+                    "latency_max_ms": 0.0,
+                }
+            found["calls"] += 1
+            found["errors"] += 0 if row.success else 1
+            found["latency_sum_ms"] += row.latency_ms
+            found["latency_max_ms"] = max(found["latency_max_ms"], row.latency_ms)
+            found[latency_bucket(row.latency_ms)] += 1
+        values = [
+            dict(zip(("org", "project", "day", "server_id", "tool_name"), key, strict=True)) | sums
+            for key, sums in sorted(
+                days.items()
+            )  # a fixed order: concurrent batches never deadlock
+        ]
+        if self.conn.dialect.name == "postgresql":
+            insert: Any = postgresql_insert(tool_usage_daily)
+        else:
+            insert = sqlite_insert(tool_usage_daily)
+        table = tool_usage_daily.c
+        added = {name: table[name] + insert.excluded[name] for name in ADDED}
+        statement = insert.values(values).on_conflict_do_update(
+            index_elements=["org", "project", "day", "server_id", "tool_name"],
+            set_={
+                **added,
+                "latency_max_ms": sa.func.greatest(
+                    table.latency_max_ms, insert.excluded.latency_max_ms
+                )
+                if self.conn.dialect.name == "postgresql"
+                else sa.func.max(table.latency_max_ms, insert.excluded.latency_max_ms),
+            },
+        )
+        await self.conn.execute(statement)
 
     async def summary(
         self,

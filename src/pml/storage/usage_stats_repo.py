@@ -1,19 +1,18 @@
-"""The usage page's figures over ``tool_usage``, aggregated in SQL over a bounded window.
+"""The usage page's figures, from ``tool_usage_daily`` (``tool_usage`` rolled up per UTC day
+and tool as calls are recorded) over a bounded window of days.
 
     async with db.read() as conn:
         stats = UsageStats(conn)
         days = await stats.per_day("acme", "webapp", start, end)      # tools, capabilities
         tools = await stats.per_tool("acme", "webapp", start, end)    # busiest first
-        p95 = await stats.p95("acme", "webapp", start, end, [("time", "get_current_time")])
     overview = await usage_overview(db, "acme", "webapp", days=30)   # all of it, one connection
 
-Every query filters on ``org``, ``project`` and a ``called_at`` range, which the index
-``(org, project, called_at)`` serves; grouping happens in the database, so the page costs the
-same whatever the number of calls. Rows of ``server_id = CAPABILITY_SERVER_ID`` are
-capability runs (their FQDN is the tool name); the tool calls a capability makes are rows of
-their own servers, so the two kinds are counted apart, never added up. The 95th percentile
-is the nearest-rank one (the smallest latency at or above 95 % of the calls), computed with
-window functions for a bounded list of tools, the same on SQLite and PostgreSQL.
+The page reads at most (days × tools) roll-up rows, whatever the number of calls. Rows of
+``server_id = CAPABILITY_SERVER_ID`` are capability runs (their FQDN is the tool name); the
+tool calls a capability makes are rows of their own servers, so the two kinds are counted
+apart, never added up. The 95th percentile is read from latency buckets: the upper bound
+of the bucket holding the nearest-rank 95 % call, capped by the highest latency seen
+("95 % of the calls took at most this").
 """
 
 from __future__ import annotations
@@ -28,11 +27,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pml.storage.dashboard_usage_repo import DayCount, window
 from pml.storage.database import Database
-from pml.storage.tables import capability_records, tool_usage
+from pml.storage.tables import (
+    LATENCY_BOUNDS_MS,
+    LATENCY_BUCKETS,
+    capability_records,
+    tool_usage_daily,
+)
 from pml.storage.usage_repo import CAPABILITY_SERVER_ID
 
 MAX_TOOLS: Final = 500  # groups read per page (a catalog and its capabilities, with room)
-MAX_PERCENTILE_TOOLS: Final = 50
 MAX_NAMES: Final = 200
 
 
@@ -97,54 +100,59 @@ class UsageOverview:
         return sum(day.errors for day in self.daily.capabilities)
 
 
-def _day_of(conn: AsyncConnection) -> sa.ColumnElement[str]:
-    """``called_at`` as ``YYYY-MM-DD`` in UTC, in this backend's SQL."""
-    column = tool_usage.c.called_at
-    if conn.dialect.name == "postgresql":
-        # Literals, not bound parameters: GROUP BY must repeat the very same expression.
-        utc = sa.func.timezone(sa.literal_column("'UTC'"), column)
-        return sa.func.to_char(utc, sa.literal_column("'YYYY-MM-DD'"))
-    return sa.func.date(column)  # SQLite keeps naive UTC text (see UtcDateTime)
-
-
 def _errors() -> sa.ColumnElement[int]:
-    return sa.func.sum(sa.case((tool_usage.c.success.is_(False), 1), else_=0))
+    return sa.func.sum(tool_usage_daily.c.errors)
+
+
+def p95_bound(buckets: Sequence[int], max_latency_ms: float) -> float | None:
+    """The 95th percentile as its latency bucket's upper bound (never above the highest
+    latency seen): "95 % of the calls took at most this"."""
+    total = sum(buckets)
+    if total <= 0:
+        return None
+    needed = -(-total * 95 // 100)  # ceil(0.95 * total): the nearest-rank position
+    seen = 0
+    for bound, count in zip((*LATENCY_BOUNDS_MS, max_latency_ms), buckets, strict=True):
+        seen += count
+        if seen >= needed:
+            return min(float(bound), max_latency_ms)
+    return max_latency_ms
 
 
 class UsageStats:
-    """Aggregates over ``tool_usage`` for one org/project and ``[start, end)``."""
+    """Aggregates over ``tool_usage_daily`` for one org/project and ``[start, end)``."""
 
     def __init__(self, conn: AsyncConnection) -> None:
         self.conn = conn
 
     def _window(self, org: str, project: str, start: datetime, end: datetime) -> sa.Select[Any]:
-        t = tool_usage.c
+        d = tool_usage_daily.c
+        first, last = start.date().isoformat(), (end - timedelta(microseconds=1)).date()
         return sa.select().where(
-            t.org == org, t.project == project, t.called_at >= start, t.called_at < end
+            d.org == org, d.project == project, d.day >= first, d.day <= last.isoformat()
         )
 
     async def per_day(self, org: str, project: str, start: datetime, end: datetime) -> DailyUsage:
         """Calls per UTC day (tool calls and capability runs apart), every day present."""
-        t = tool_usage.c
-        day = _day_of(self.conn).label("day")
-        kind = sa.case((t.server_id == CAPABILITY_SERVER_ID, 1), else_=0).label("capability")
+        d = tool_usage_daily.c
+        kind = sa.case((d.server_id == CAPABILITY_SERVER_ID, 1), else_=0).label("capability")
         query = (
             self._window(org, project, start, end)
             .add_columns(
                 kind,
-                day,
-                sa.func.count().label("calls"),
+                d.day,
+                sa.func.sum(d.calls).label("calls"),
                 _errors().label("errors"),
-                sa.func.avg(t.latency_ms).label("avg_latency_ms"),
+                sa.func.sum(d.latency_sum_ms).label("latency_sum_ms"),
             )
-            .group_by(kind, day)
+            .group_by(kind, d.day)
         )
         found: tuple[dict[date, DayCount], dict[date, DayCount]] = ({}, {})
         for row in await self.conn.execute(query):
             when = date.fromisoformat(str(row.day)[:10])
-            found[int(row.capability)][when] = DayCount(
-                when, int(row.calls), int(row.errors or 0), float(row.avg_latency_ms or 0.0)
-            )
+            calls = int(row.calls or 0)
+            mean = float(row.latency_sum_ms or 0.0) / calls if calls else 0.0
+            found[int(row.capability)][when] = DayCount(when, calls, int(row.errors or 0), mean)
         first, last = start.date(), (end - timedelta(microseconds=1)).date()
         days = [first + timedelta(days=n) for n in range((last - first).days + 1)]
         tools, capabilities = found
@@ -156,70 +164,42 @@ class UsageStats:
     async def per_tool(
         self, org: str, project: str, start: datetime, end: datetime, *, limit: int = MAX_TOOLS
     ) -> list[ToolStats]:
-        """Calls, errors, mean and highest latency per tool and capability, busiest first."""
-        t = tool_usage.c
-        calls = sa.func.count().label("calls")
+        """Calls, errors, mean, highest and p95 (bucketed) latency per tool and capability,
+        busiest first."""
+        d = tool_usage_daily.c
+        calls = sa.func.sum(d.calls).label("calls")
         query = (
             self._window(org, project, start, end)
             .add_columns(
-                t.server_id,
-                t.tool_name,
+                d.server_id,
+                d.tool_name,
                 calls,
                 _errors().label("errors"),
-                sa.func.avg(t.latency_ms).label("avg_latency_ms"),
-                sa.func.max(t.latency_ms).label("max_latency_ms"),
+                sa.func.sum(d.latency_sum_ms).label("latency_sum_ms"),
+                sa.func.max(d.latency_max_ms).label("max_latency_ms"),
+                *(sa.func.sum(d[name]).label(name) for name in LATENCY_BUCKETS),
             )
-            .group_by(t.server_id, t.tool_name)
-            .order_by(calls.desc(), t.server_id, t.tool_name)
+            .group_by(d.server_id, d.tool_name)
+            .order_by(calls.desc(), d.server_id, d.tool_name)
             .limit(max(1, min(limit, MAX_TOOLS)))
         )
-        return [
-            ToolStats(
-                server_id=str(row.server_id),
-                tool_name=str(row.tool_name),
-                calls=int(row.calls),
-                errors=int(row.errors or 0),
-                avg_latency_ms=float(row.avg_latency_ms or 0.0),
-                max_latency_ms=float(row.max_latency_ms or 0.0),
+        found: list[ToolStats] = []
+        for row in await self.conn.execute(query):
+            count = int(row.calls or 0)
+            highest = float(row.max_latency_ms or 0.0)
+            buckets = [int(row._mapping[name] or 0) for name in LATENCY_BUCKETS]  # pyright: ignore[reportPrivateUsage]
+            found.append(
+                ToolStats(
+                    server_id=str(row.server_id),
+                    tool_name=str(row.tool_name),
+                    calls=count,
+                    errors=int(row.errors or 0),
+                    avg_latency_ms=float(row.latency_sum_ms or 0.0) / count if count else 0.0,
+                    max_latency_ms=highest,
+                    p95_latency_ms=p95_bound(buckets, highest),
+                )
             )
-            for row in await self.conn.execute(query)
-        ]
-
-    async def p95(
-        self,
-        org: str,
-        project: str,
-        start: datetime,
-        end: datetime,
-        tools: Sequence[tuple[str, str]],
-    ) -> dict[tuple[str, str], float]:
-        """The nearest-rank 95th percentile latency of each of ``tools`` (server, tool)."""
-        wanted = list(dict.fromkeys(tools))[:MAX_PERCENTILE_TOOLS]
-        if not wanted:
-            return {}
-        t = tool_usage.c
-        group = (t.server_id, t.tool_name)
-        ranked = (
-            self._window(org, project, start, end)
-            .add_columns(
-                t.server_id,
-                t.tool_name,
-                t.latency_ms,
-                sa.func.row_number().over(partition_by=group, order_by=t.latency_ms).label("rank"),
-                sa.func.count().over(partition_by=group).label("total"),
-            )
-            .where(sa.or_(*(sa.and_(t.server_id == s, t.tool_name == n) for s, n in wanted)))
-            .subquery()
-        )
-        r = ranked.c
-        # rank = ceil(0.95 * total), in integers: 100 * rank >= 95 * total > 100 * (rank - 1)
-        query = sa.select(r.server_id, r.tool_name, r.latency_ms).where(
-            r.rank * 100 >= r.total * 95, (r.rank - 1) * 100 < r.total * 95
-        )
-        return {
-            (str(row.server_id), str(row.tool_name)): float(row.latency_ms)
-            for row in await self.conn.execute(query)
-        }
+        return found
 
 
 def slowest_first(stats: Sequence[ToolStats]) -> list[ToolStats]:
@@ -234,40 +214,19 @@ async def usage_overview(
     *,
     days: int = 30,
     until: datetime | None = None,
-    percentiles_for: int = 10,
 ) -> UsageOverview:
-    """The last ``days`` UTC days of ``org``/``project``: per day, per tool, per capability;
-    the p95 latency of the ``percentiles_for`` busiest and slowest tools and capabilities."""
+    """The last ``days`` UTC days of ``org``/``project``: per day, per tool, per capability."""
     first, start, end = window(days, until)
     async with db.read() as conn:
         stats = UsageStats(conn)
         daily = await stats.per_day(org, project, start, end)
         every = await stats.per_tool(org, project, start, end)
-        picked: list[ToolStats] = []
-        for kind in (False, True):
-            mine = [s for s in every if s.is_capability is kind]
-            picked += mine[:percentiles_for] + slowest_first(mine)[:percentiles_for]
-        p95 = await stats.p95(
-            org, project, start, end, [(s.server_id, s.tool_name) for s in picked]
-        )
-    with_p95 = [
-        ToolStats(
-            s.server_id,
-            s.tool_name,
-            s.calls,
-            s.errors,
-            s.avg_latency_ms,
-            s.max_latency_ms,
-            p95.get((s.server_id, s.tool_name)),
-        )
-        for s in every
-    ]
     return UsageOverview(
         first_day=first,
         last_day=(end - timedelta(days=1)).date(),
         daily=daily,
-        tools=[s for s in with_p95 if not s.is_capability],
-        capabilities=[s for s in with_p95 if s.is_capability],
+        tools=[s for s in every if not s.is_capability],
+        capabilities=[s for s in every if s.is_capability],
     )
 
 

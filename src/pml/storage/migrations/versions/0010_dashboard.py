@@ -1,7 +1,8 @@
 # pyright: basic
-"""The dashboard: people's sign-in sessions, the pinned definition of each upstream tool
-(so a changed one can be shown as a diff and accepted), and audit columns the dashboard
-filters on (the tool and the capability FQDN an event is about), indexed per org/project.
+"""The dashboard: people's sign-in sessions, tool usage rolled up per day (backfilled),
+the pinned definition of each upstream tool (so a changed one can be shown as a diff and
+accepted), and audit columns the dashboard filters on (the tool and the capability FQDN an
+event is about), indexed per org/project.
 
 Revision ID: 0010
 Revises: 0009
@@ -19,10 +20,12 @@ down_revision = "0009"
 branch_labels = None
 depends_on = None
 
+LATENCY_BOUNDS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 AUDIT_INDEXES = ("event", "actor", "tool", "capability", "decided_by")
 
 
 def upgrade() -> None:
+    _usage_daily()
     op.create_table(
         "dashboard_sessions",
         # SHA-256 of the session token: the cookie's value is never stored
@@ -69,7 +72,57 @@ def upgrade() -> None:
         )
 
 
+def _usage_daily() -> None:
+    buckets = [f"lat_le_{bound}" for bound in LATENCY_BOUNDS_MS] + ["lat_over"]
+    op.create_table(
+        "tool_usage_daily",
+        sa.Column("org", sa.String(64), nullable=False),
+        sa.Column("project", sa.String(64), nullable=False),
+        sa.Column("day", sa.String(10), nullable=False),
+        sa.Column("server_id", sa.String(128), nullable=False),
+        sa.Column("tool_name", sa.String(400), nullable=False),
+        sa.Column("calls", sa.Integer(), nullable=False),
+        sa.Column("errors", sa.Integer(), nullable=False),
+        sa.Column("latency_sum_ms", sa.Float(), nullable=False),
+        sa.Column("latency_max_ms", sa.Float(), nullable=False),
+        *(sa.Column(name, sa.Integer(), nullable=False, server_default="0") for name in buckets),
+        sa.PrimaryKeyConstraint(
+            "org", "project", "day", "server_id", "tool_name", name=op.f("pk_tool_usage_daily")
+        ),
+    )
+    op.create_index(
+        "ix_tool_usage_daily_org_project_server_id_tool_name_day",
+        "tool_usage_daily",
+        ["org", "project", "server_id", "tool_name", "day"],
+    )
+    if op.get_bind().dialect.name == "postgresql":
+        day = "to_char(called_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+    else:
+        day = "date(called_at)"
+    lower = "0"
+    counts: list[str] = []
+    for bound in LATENCY_BOUNDS_MS:
+        counts.append(
+            f"sum(CASE WHEN latency_ms > {lower} AND latency_ms <= {bound} THEN 1 ELSE 0 END)"
+            if lower != "0"
+            else f"sum(CASE WHEN latency_ms <= {bound} THEN 1 ELSE 0 END)"
+        )
+        lower = str(bound)
+    counts.append(f"sum(CASE WHEN latency_ms > {lower} THEN 1 ELSE 0 END)")
+    op.execute(
+        "INSERT INTO tool_usage_daily (org, project, day, server_id, tool_name, calls, errors, "
+        f"latency_sum_ms, latency_max_ms, {', '.join(buckets)}) "
+        f"SELECT org, project, {day}, server_id, tool_name, count(*), "
+        "sum(CASE WHEN success THEN 0 ELSE 1 END), sum(latency_ms), max(latency_ms), "
+        f"{', '.join(counts)} FROM tool_usage GROUP BY org, project, {day}, server_id, tool_name"
+    )
+
+
 def downgrade() -> None:
+    op.drop_index(
+        "ix_tool_usage_daily_org_project_server_id_tool_name_day", table_name="tool_usage_daily"
+    )
+    op.drop_table("tool_usage_daily")
     for column in AUDIT_INDEXES:
         op.drop_index(f"ix_audit_events_org_project_{column}_id", table_name="audit_events")
     with op.batch_alter_table("audit_events", schema=None) as batch_op:
