@@ -174,6 +174,8 @@ tool_usage = sa.Table(
     sa.Column("called_at", UtcDateTime(), nullable=False),
     sa.Index(None, "server_id", "tool_name"),
     sa.Index(None, "org", "project", "called_at"),
+    # one tool's (or capability's) calls in a tenant: cap_whois, the dashboard
+    sa.Index(None, "org", "project", "server_id", "tool_name"),
 )
 
 # Upper bounds (ms) of the latency buckets each day's row counts calls in; the last bucket,

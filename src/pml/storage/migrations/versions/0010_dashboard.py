@@ -26,6 +26,11 @@ AUDIT_INDEXES = ("event", "actor", "tool", "capability", "decided_by")
 
 def upgrade() -> None:
     _usage_daily()
+    op.create_index(
+        "ix_tool_usage_org_project_server_id_tool_name",
+        "tool_usage",
+        ["org", "project", "server_id", "tool_name"],
+    )
     op.create_table(
         "dashboard_sessions",
         # SHA-256 of the session token: the cookie's value is never stored
@@ -119,6 +124,7 @@ def _usage_daily() -> None:
 
 
 def downgrade() -> None:
+    op.drop_index("ix_tool_usage_org_project_server_id_tool_name", table_name="tool_usage")
     op.drop_index(
         "ix_tool_usage_daily_org_project_server_id_tool_name_day", table_name="tool_usage_daily"
     )
