@@ -149,3 +149,18 @@ async def test_a_row_migrated_without_its_pinned_definition_reads_as_none(db: Da
     accepted = await store.stored_tool("fs", "read")
     assert accepted is not None
     assert accepted.pinned_definition == tool_definition(tool("read", "Changed."))
+
+
+async def test_an_accepted_tool_leaves_the_servers_last_report(db: Database) -> None:
+    from pml.upstream.base import ServerStatus
+
+    store = CatalogStore(db)
+    await store.record_catalog("fs", [tool("read"), tool("write")])
+    await store.record_catalog("fs", [tool("read", "Changed."), tool("write", "Changed too.")])
+    await store.record_status(
+        [ServerStatus("fs", "running", "stdio", 2, flagged_tools=("read", "write"))], "gw"
+    )
+    assert await store.accept("fs", "read")
+    [report] = await store.load_status()
+    assert report.flagged_tools == ("write",)
+    assert await store.flagged() == {"fs": ["write"]}

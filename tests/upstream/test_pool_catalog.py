@@ -108,3 +108,18 @@ async def test_a_tool_whose_definition_changes_is_flagged(db: Database) -> None:
     # A later gateway run still shows the flag.
     async with ClientPool({"mem": ChangingServer().server}, catalog=store) as pool:
         assert pool.status()[0].flagged_tools == ("echo",)
+
+
+async def test_a_definition_accepted_elsewhere_leaves_the_pools_next_report(db: Database) -> None:
+    store = CatalogStore(db)
+    changes = Changes()
+    async with ClientPool({"mem": ChangingServer().server}, catalog=store) as pool:
+        pool.on_tools_changed(changes)
+        await pool.call_tool("mem", "mutate")
+        await changes.next()
+        assert pool.status()[0].flagged_tools == ("echo",)
+        assert await store.accept("mem", "echo")  # a person, on the dashboard
+        await pool._flush({"mem"})  # pyright: ignore[reportPrivateUsage]
+        assert pool.status()[0].flagged_tools == ()
+        [report] = await store.load_status()
+        assert report.flagged_tools == ()

@@ -29,6 +29,7 @@ import mcp_types
 import sqlalchemy as sa
 from pydantic import ValidationError
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pml.storage.database import Database
 from pml.storage.tables import tool_schema, upstream_servers
@@ -247,7 +248,22 @@ class CatalogStore:
                     flagged=False,
                 )
             )
-        return int(result.rowcount or 0) == 1
+            accepted = int(result.rowcount or 0) == 1
+            if accepted:  # the last report no longer names it (pml status reads both)
+                await self._unreport(conn, server, tool)
+        return accepted
+
+    @staticmethod
+    async def _unreport(conn: AsyncConnection, server: str, tool: str) -> None:
+        s = upstream_servers.c
+        row = (await conn.execute(sa.select(s.flagged_tools).where(s.name == server))).first()
+        reported: object = row.flagged_tools if row is not None else None
+        if not isinstance(reported, list) or tool not in reported:
+            return
+        kept = [name for name in cast(list[object], reported) if name != tool]
+        await conn.execute(
+            sa.update(upstream_servers).where(s.name == server).values(flagged_tools=kept)
+        )
 
     async def tool_counts(self) -> dict[str, int]:
         """How many tools are stored per server."""

@@ -358,8 +358,13 @@ class ClientPool:
             self._dirty = set()
             if not names:
                 return
-            statuses = [self._connections[name].status() for name in sorted(names)]
             try:
+                # The stored catalog is the truth: a definition a person accepted (on the
+                # dashboard, maybe in another process) is no longer flagged.
+                flagged = await self._catalog.flagged()
+                for name in names:
+                    self._connections[name].flagged = tuple(flagged.get(name, ()))
+                statuses = [self._connections[name].status() for name in sorted(names)]
                 await self._catalog.record_status(statuses, self._reporter_id)
             except (PmlError, SQLAlchemyError) as error:
                 logger.warning("could not record the upstream server states: %s", error)
