@@ -48,7 +48,8 @@ def running_dashboard(tmp_path: Path, *extra: str) -> Iterator[tuple[str, int, s
     try:
         while (match := URL.search(seen)) is None:
             left = deadline - time.monotonic()
-            assert left > 0 and child.poll() is None, f"no sign-in URL: {seen!r}"
+            assert left > 0, f"no sign-in URL in time: {seen!r}"
+            assert child.poll() is None, f"pml dashboard exited: {seen!r}"
             ready, _, _ = select.select([child.stderr], [], [], left)
             if ready:
                 seen += os.read(child.stderr.fileno(), 4096).decode("utf-8", "replace")
@@ -99,15 +100,17 @@ def test_pml_dashboard_listens_on_loopback_only_and_its_url_signs_in_once(
 def test_pml_dashboard_refuses_a_guessed_token_and_offers_no_api_key_sign_in(
     tmp_path: Path,
 ) -> None:
-    with running_dashboard(tmp_path) as (_, port, _):
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}") as guess:
-            for token in ("x", "A" * 43, "' OR 1=1 --", "\u202e" * 10, "a" * 5000):
-                answer = guess.get("/ui/signin", params={"token": token})
-                assert answer.status_code == 403
-            login = guess.get("/ui/login")
-            assert "pml dashboard" in login.text
-            assert 'name="key"' not in login.text
-            assert guess.get("/api/approvals").status_code == 404
+    with (
+        running_dashboard(tmp_path) as (_, port, _),
+        httpx.Client(base_url=f"http://127.0.0.1:{port}") as guess,
+    ):
+        for token in ("x", "A" * 43, "' OR 1=1 --", "\u202e" * 10, "a" * 5000):
+            answer = guess.get("/ui/signin", params={"token": token})
+            assert answer.status_code == 403
+        login = guess.get("/ui/login")
+        assert "pml dashboard" in login.text
+        assert 'name="key"' not in login.text
+        assert guess.get("/api/approvals").status_code == 404
 
 
 def test_pml_dashboard_has_no_option_to_listen_elsewhere(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, Page, async_playwright
+from playwright.async_api import Browser, Page, async_playwright, expect
 
 CHROMIUM = os.environ.get("PML_TEST_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(__file__).parent / "artifacts"
@@ -66,3 +66,12 @@ async def screenshot(page: Page, name: str) -> Path:
     path = ARTIFACTS / f"{name}.png"
     await page.screenshot(path=str(path), full_page=True)
     return path
+
+
+async def sign_in_through_the_form(page: Page, url: str, key: str, path: str) -> None:
+    """Open ``path`` signed out, land on the login form, sign in with ``key``, be sent back."""
+    await page.goto(f"{url}{path}")
+    await expect(page).to_have_url(f"{url}/ui/login?next={path}")
+    await page.get_by_label("Admin API key").fill(key)
+    await page.get_by_role("button", name="Sign in").click()
+    await expect(page).to_have_url(f"{url}{path}")

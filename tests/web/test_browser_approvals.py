@@ -12,7 +12,7 @@ from playwright.async_api import Page, expect
 from pml.gateway.http import running_http
 from pml.gateway.keys import ApiKeys
 from policy.conftest import SCOPE, PolicyGateway
-from web.browser import open_browser, screenshot
+from web.browser import open_browser, screenshot, sign_in_through_the_form
 
 pytestmark = pytest.mark.anyio
 
@@ -34,11 +34,7 @@ async def _admin_key(pg: PolicyGateway) -> str:
 
 
 async def _sign_in(page: Page, url: str, key: str) -> None:
-    await page.goto(f"{url}/ui/approvals")
-    await expect(page).to_have_url(f"{url}/ui/login?next=/ui/approvals")
-    await page.get_by_label("Admin API key").fill(key)
-    await page.get_by_role("button", name="Sign in").click()
-    await expect(page).to_have_url(f"{url}/ui/approvals")
+    await sign_in_through_the_form(page, url, key, "/ui/approvals")
 
 
 async def _pause(pg: PolicyGateway, dst: str, text: str = REPORT) -> str:

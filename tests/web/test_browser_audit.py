@@ -13,7 +13,7 @@ from playwright.async_api import Locator, Page, expect
 from pml.gateway.http import running_http
 from pml.gateway.keys import ApiKeys
 from policy.conftest import SCOPE, PolicyGateway
-from web.browser import open_browser, screenshot
+from web.browser import open_browser, screenshot, sign_in_through_the_form
 
 pytestmark = pytest.mark.anyio
 
@@ -36,11 +36,7 @@ def _events(page: Page, name: str) -> Locator:
 
 async def _sign_in(page: Page, url: str, pg: PolicyGateway) -> None:
     key, _ = await ApiKeys(pg.gateway.db).create(SCOPE.org, SCOPE.project, "ana", role="admin")
-    await page.goto(f"{url}/ui/audit")
-    await expect(page).to_have_url(f"{url}/ui/login?next=/ui/audit")
-    await page.get_by_label("Admin API key").fill(key)
-    await page.get_by_role("button", name="Sign in").click()
-    await expect(page).to_have_url(f"{url}/ui/audit")
+    await sign_in_through_the_form(page, url, key, "/ui/audit")
 
 
 async def test_a_person_filters_by_event_and_sees_the_agents_next_event_appear_live(

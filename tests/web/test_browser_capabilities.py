@@ -10,7 +10,7 @@ from playwright.async_api import ConsoleMessage, Page, expect
 from pml.gateway.http import running_http
 from pml.gateway.keys import ApiKeys
 from policy.conftest import SCOPE, PolicyGateway
-from web.browser import open_browser, screenshot
+from web.browser import open_browser, screenshot, sign_in_through_the_form
 
 pytestmark = pytest.mark.anyio
 
@@ -37,11 +37,7 @@ async def _teach(pg: PolicyGateway) -> str:
 
 
 async def _sign_in(page: Page, url: str, key: str) -> None:
-    await page.goto(f"{url}/ui/capabilities")
-    await expect(page).to_have_url(f"{url}/ui/login?next=/ui/capabilities")
-    await page.get_by_label("Admin API key").fill(key)
-    await page.get_by_role("button", name="Sign in").click()
-    await expect(page).to_have_url(f"{url}/ui/capabilities")
+    await sign_in_through_the_form(page, url, key, "/ui/capabilities")
 
 
 async def _fits(page: Page, width: int) -> None:

@@ -15,7 +15,7 @@ from pml.storage.catalog_repo import CatalogStore
 from pml.storage.types import utc_now
 from pml.storage.usage_repo import CAPABILITY_SERVER_ID
 from policy.conftest import SCOPE, PolicyGateway
-from web.browser import open_browser, screenshot
+from web.browser import open_browser, screenshot, sign_in_through_the_form
 from web.test_dashboard_servers import TIME_TOOL, time_tool
 from web.test_dashboard_usage import FQDN, approval_required, granted_always, insert, row
 
@@ -23,11 +23,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def _sign_in(page: Page, url: str, key: str, path: str) -> None:
-    await page.goto(f"{url}{path}")
-    await expect(page).to_have_url(f"{url}/ui/login?next={path}")
-    await page.get_by_label("Admin API key").fill(key)
-    await page.get_by_role("button", name="Sign in").click()
-    await expect(page).to_have_url(f"{url}{path}")
+    await sign_in_through_the_form(page, url, key, path)
 
 
 async def _admin_key(pg: PolicyGateway) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pml.config import Settings
@@ -159,17 +159,6 @@ async def open_web_services(
             )
             registry.on_change(discovery.capability_changed)
             async with discovery.running():
-                yield WebServices(
-                    settings=settings,
-                    db=db,
-                    registry=registry,
-                    desk=desk,
-                    grants=grants,
-                    audit=audit,
-                    catalog=catalog,
-                    servers=services.servers,
-                    deployment=services.deployment,
-                    discovery=discovery,
-                )
+                yield replace(services, discovery=discovery)
     finally:
         await db.close()

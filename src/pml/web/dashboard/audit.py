@@ -25,6 +25,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from pml.errors import InvalidInput
+from pml.policy.model import AUDIT_EVENTS
 from pml.storage.audit_repo import AuditRepository, AuditRow
 from pml.web.dashboard.audit_filters import (
     LIVE_PATH,
@@ -45,30 +46,7 @@ AFTER_ID_HEADER = "X-PML-After-Id"
 _NAME_BREAKS = re.compile(r"(?<=[:./])")  # server:tool, org.project.ns.action.hash
 _WORD_BREAKS = re.compile(r"(?<=[:_])")  # EXECUTOR_RESPONSE, heuristic:file_read
 # Well-known event names, offered as suggestions in the form (any name may be typed).
-KNOWN_EVENTS = (
-    "ROUTER_OUTPUT",
-    "POLICY_DECISION",
-    "POLICY_DENIED",
-    "PERMISSION_CHECK",
-    "PERMISSION_GRANTED",
-    "PERMISSION_DENIED",
-    "PERMISSION_REVOKED",
-    "APPROVAL_REQUIRED",
-    "APPROVAL_PENDING",
-    "APPROVAL_DECIDED",
-    "APPROVAL_WITHDRAWN",
-    "TOOL_CALL_START",
-    "TOOL_CALL_END",
-    "EXECUTOR_RESPONSE",
-    "POSTHOOK_CAPTURE",
-    "POSTHOOK_USAGE",
-    "POSTHOOK_CLEANUP",
-    "POSTHOOK_FAILED",
-    "CAPABILITY_CREATED",
-    "CAPABILITY_RENAMED",
-    "CAPABILITY_VERSIONED",
-    "AUDIT_DROPPED",
-)
+KNOWN_EVENTS = AUDIT_EVENTS
 
 
 @dataclass(frozen=True, slots=True)
