@@ -122,6 +122,13 @@ class PermissionsSettings(BaseModel):
     # How long a tool call waits for the person's answer to an elicitation form before
     # the run pauses for an approval out of band (`pml approvals approve`).
     approval_wait_s: float = Field(default=300.0, gt=0, le=86_400)
+    # The dashboard's public base URL (``https://pml.example.com``). When set, a client that
+    # declared URL-mode elicitation is sent the approval's page there instead of a form, and
+    # the call waits (approval_wait_s) for the person's decision on the dashboard. From
+    # configuration only: a URL taken from the request would be the agent's to choose.
+    approval_url: str | None = Field(
+        default=None, max_length=500, pattern=r"^https?://[^\s/?#@]+(/[^\s?#]*)?$"
+    )
     # Let the agent's own continue_workflow {approved: true} approve (off: only a person
     # can; `pml serve` warns at start when it is on).
     agent_may_approve: bool = False

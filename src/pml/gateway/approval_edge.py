@@ -18,6 +18,13 @@ client, with a form whose one field ``decision`` is ``deny | once | session | al
   stored, with the round's deadline and a digest of the call, so an answer is taken once,
   for that workflow and call, before the deadline; anything else decides nothing.
 
+With ``[permissions] approval_url`` (the dashboard's public address, from configuration
+only), a 2025-11-25 client that declared URL-mode elicitation is sent a link to the
+approval's page there instead (``elicitationId`` = the workflow id); the call waits up to
+``approval_wait_s`` for a person to decide on the dashboard, then completes at once
+(``notifications/elicitation/complete`` is sent). A refused link or no decision in time
+leaves the run paused, as above.
+
 The decision is the person's (``decided_by: elicitation:<client name>``): the agent only
 ever sees the tool result, never the form. A client without elicitation gets the paused
 answer and a person approves with ``pml approvals`` or ``POST /api/approvals/{id}``.
@@ -25,6 +32,7 @@ answer and a person approves with ``pml approvals`` or ``POST /api/approvals/{id
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -33,6 +41,7 @@ import secrets
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, cast
+from urllib.parse import quote
 
 import anyio
 import mcp_types
@@ -56,6 +65,7 @@ DECISION_FIELD: Final = "decision"
 MAX_ROUNDS: Final = 8
 MAX_MESSAGE_CHARS: Final = 12_000
 ROUND_KEY: Final = "elicitation"
+DECISION_POLL_S: Final = 0.5  # how often a call sent to the dashboard looks for the decision
 FORM_SCHEMA: Final[dict[str, Any]] = {
     "type": "object",
     "properties": {
@@ -108,6 +118,22 @@ def client_can_elicit(ctx: Context) -> bool:
     return elicitation.form is not None or elicitation.url is None
 
 
+def client_opens_urls(ctx: Context) -> bool:
+    """Whether the client of this request declared URL-mode elicitation."""
+    capabilities = ctx.session.client_capabilities
+    elicitation = capabilities.elicitation if capabilities is not None else None
+    return elicitation is not None and elicitation.url is not None
+
+
+def url_message(answer: Mapping[str, Any]) -> str:
+    """What the client shows beside the link: which call waits, and where it is decided."""
+    view = cast(dict[str, Any], cast(list[Any], answer["approvals"])[0])
+    return (
+        f"PML: an agent's call of {visible(view.get('tool'), 120)} waits for your approval. "
+        "Open the PML dashboard to read it in full and decide."
+    )
+
+
 def client_name(ctx: Context) -> str:
     """The client's name as it introduced itself (for ``decided_by``), made safe to show."""
     params = ctx.session.client_params
@@ -157,7 +183,14 @@ class ApprovalEdge:
         what the person decided (the resumed run's result, or the form to show)."""
         for _ in range(MAX_ROUNDS):
             waiting = waiting_of(result)
-            if waiting is None or not client_can_elicit(ctx):
+            if waiting is None:
+                return result
+            page = self._page_of(ctx, waiting)
+            if page is not None:
+                if not await self._wait_on_page(ctx, scope, waiting, page):
+                    return result  # not decided in time: the run stays paused
+                return await self._continue(scope, name, str(waiting["workflowId"]))
+            if not client_can_elicit(ctx):
                 return result
             if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
                 return await self._input_required(ctx, scope, name, arguments, waiting, result)
@@ -235,6 +268,49 @@ class ApprovalEdge:
         return mcp_types.InputRequiredResult(
             input_requests={INPUT_KEY: form}, request_state=f"{workflow_id}.{nonce}"
         )
+
+    def _page_of(self, ctx: Context, waiting: Mapping[str, Any]) -> str | None:
+        """The dashboard page to send the person to, when ``[permissions] approval_url`` is
+        set and this (2025-11-25) session's client declared URL-mode elicitation."""
+        base = self._flow.desk.settings.approval_url
+        if base is None or ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return None
+        if not client_opens_urls(ctx):
+            return None
+        return f"{base.rstrip('/')}/ui/approvals/{quote(str(waiting['workflowId']), safe='')}"
+
+    async def _wait_on_page(
+        self, ctx: Context, scope: Scope, waiting: Mapping[str, Any], page: str
+    ) -> bool:
+        """Send the person to ``page`` and wait (``approval_wait_s``) until someone decides:
+        True once decided (either way), False when nobody did in time or the link was
+        refused (the run then stays paused for an approval out of band)."""
+        workflow_id = str(waiting["workflowId"])
+        with anyio.move_on_after(self.wait_s):
+            try:
+                answer = await ctx.session.elicit_url(
+                    message=url_message(waiting),
+                    url=page,
+                    elicitation_id=workflow_id,
+                    related_request_id=ctx.request_id,
+                )
+            except Exception as error:  # noqa: BLE001 - any failure: nobody answered
+                self._audit(scope, workflow_id, "elicitation_failed", str(error))
+                return False
+            if answer.action != "accept":
+                self._audit(scope, workflow_id, "link_refused", answer.action)
+                return False
+            while True:
+                stored = await self._flow.stored(scope, workflow_id)
+                if stored is None:
+                    return False
+                if stored.decision is not None:
+                    with contextlib.suppress(Exception):  # the client may be gone already
+                        await ctx.session.send_elicit_complete(workflow_id, ctx.request_id)
+                    return True
+                await anyio.sleep(DECISION_POLL_S)
+        self._audit(scope, workflow_id, "elicitation_timeout", "not decided on the dashboard")
+        return False
 
     async def _ask_in_session(
         self, ctx: Context, scope: Scope, waiting: dict[str, Any]
