@@ -211,3 +211,15 @@ async def test_the_roll_up_adds_up_to_the_raw_rows_across_batches(db: Database) 
     assert (day.calls, day.errors, day.latency_sum_ms, day.latency_max_ms) == (3, 1, 555.0, 500.0)
     assert (day.lat_le_5, day.lat_le_50, day.lat_le_500) == (1, 1, 1)
     assert rows["2026-11-21"].calls == 1
+
+
+async def test_a_batch_wider_than_one_statement_is_rolled_up_whole(db: Database) -> None:
+    from pml.storage.tables import tool_usage_daily
+    from pml.storage.usage_repo import ROLL_UP_CHUNK
+
+    tools = ROLL_UP_CHUNK * 2 + 7  # more roll-up rows than one statement may carry
+    at = datetime(2026, 11, 20, 12, tzinfo=UTC)
+    await insert(db, *(call(at, server="s", tool=f"t{index}") for index in range(tools)))
+    async with db.read() as conn:
+        count = await conn.execute(sa.select(sa.func.count()).select_from(tool_usage_daily))
+        assert count.scalar_one() == tools

@@ -24,6 +24,7 @@ from pml.storage.tables import LATENCY_BOUNDS_MS, LATENCY_BUCKETS, tool_usage, t
 
 CAPABILITY_SERVER_ID: Final = "pml-capabilities"
 ADDED: Final = ("calls", "errors", "latency_sum_ms", *LATENCY_BUCKETS)
+ROLL_UP_CHUNK: Final = 1000  # rows of 23 values per statement
 
 
 def latency_bucket(latency_ms: float) -> str:
@@ -94,30 +95,27 @@ class SqlToolUsageRepository:
             found["latency_sum_ms"] += row.latency_ms
             found["latency_max_ms"] = max(found["latency_max_ms"], row.latency_ms)
             found[latency_bucket(row.latency_ms)] += 1
-        values = [
-            dict(zip(("org", "project", "day", "server_id", "tool_name"), key, strict=True)) | sums
-            for key, sums in sorted(
-                days.items()
-            )  # a fixed order: concurrent batches never deadlock
-        ]
-        if self.conn.dialect.name == "postgresql":
-            insert: Any = postgresql_insert(tool_usage_daily)
-        else:
-            insert = sqlite_insert(tool_usage_daily)
+        # Keys in a fixed order, so that concurrent batches never deadlock on PostgreSQL;
+        # chunks stay under its 32 767 parameters per statement.
+        keys = ("org", "project", "day", "server_id", "tool_name")
+        values = [dict(zip(keys, key, strict=True)) | sums for key, sums in sorted(days.items())]
+        for start in range(0, len(values), ROLL_UP_CHUNK):
+            await self.conn.execute(self._upsert(values[start : start + ROLL_UP_CHUNK]))
+
+    def _upsert(self, values: list[dict[str, Any]]) -> Any:
+        postgres = self.conn.dialect.name == "postgresql"
+        insert: Any = (
+            postgresql_insert(tool_usage_daily) if postgres else sqlite_insert(tool_usage_daily)
+        )
         table = tool_usage_daily.c
-        added = {name: table[name] + insert.excluded[name] for name in ADDED}
-        statement = insert.values(values).on_conflict_do_update(
+        highest = sa.func.greatest if postgres else sa.func.max
+        return insert.values(values).on_conflict_do_update(
             index_elements=["org", "project", "day", "server_id", "tool_name"],
             set_={
-                **added,
-                "latency_max_ms": sa.func.greatest(
-                    table.latency_max_ms, insert.excluded.latency_max_ms
-                )
-                if self.conn.dialect.name == "postgresql"
-                else sa.func.max(table.latency_max_ms, insert.excluded.latency_max_ms),
+                **{name: table[name] + insert.excluded[name] for name in ADDED},
+                "latency_max_ms": highest(table.latency_max_ms, insert.excluded.latency_max_ms),
             },
         )
-        await self.conn.execute(statement)
 
     async def summary(
         self,
