@@ -361,6 +361,11 @@ class SqlCapabilityRepository:
         items = [_record(row) for row in await self.conn.execute(page_query)]
         return Page(items=items, total=total)
 
+    async def find_visible(self, scope: Scope, fqdns: Sequence[str]) -> list[CapabilityRecord]:
+        """The records among ``fqdns`` that ``scope`` may see (any order)."""
+        query = sa.select(records).where(visible_to(scope), records.c.fqdn.in_(list(fqdns)))
+        return [_record(row) for row in await self.conn.execute(query)]
+
     async def count_by_type(self, scope: Scope) -> dict[str, int]:
         """How many visible records of each kind (named/unnamed capabilities, servers)."""
         r = records.c

@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from pml.errors import InvalidInput, NotFound
+from pml.errors import InvalidInput
 from pml.registry.scope import VISIBILITIES, Scope, Visibility
 from pml.registry.tools import CapTools, summary
 from pml.web.dashboard import capability_detail
@@ -184,20 +184,21 @@ async def listing(services: WebServices, tools: CapTools, scope: Scope, f: Filte
         rows = [row_of(item) for item in page["items"]]
         return Listing(rows, int(page["total"]), "names", pattern)
     hits = await discovery.rank(scope, f.q, kind="capability", limit=SEARCH_LIMIT)
+    ranked = [hit["fqdn"] for hit in hits if isinstance(hit.get("fqdn"), str)]
+    # The registry decides what this scope sees, as for every other read (one query); a
+    # capability archived or hidden since the index last looked is left out.
+    records = await services.registry.visible(scope, ranked)
+    scores = {hit.get("fqdn"): hit.get("score") for hit in hits}
     rows: list[ListRow] = []
-    for hit in hits:
-        fqdn = hit.get("fqdn")
-        if not isinstance(fqdn, str):
+    for fqdn in ranked:
+        record = records.get(fqdn)
+        if record is None:
             continue
-        try:  # the registry decides what this scope sees, as for every other read
-            record = (await services.registry.resolve(scope, fqdn)).record
-        except NotFound:
-            continue  # archived or hidden since the index last looked
         if f.visibility is not None and record.visibility != f.visibility:
             continue
         if f.named_only and not record.named:
             continue
-        rows.append(row_of(summary(record), score=hit.get("score")))
+        rows.append(row_of(summary(record), score=scores.get(fqdn)))
     return Listing(rows[f.offset : f.offset + f.limit], len(rows), "search")
 
 
