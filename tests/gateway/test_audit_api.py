@@ -215,8 +215,16 @@ async def test_an_agent_key_sees_only_its_own_users_events(served: Served) -> No
     denied = await served.ok("?event=PERMISSION_DENIED&event=TOOL_CALL_END", key=served.agent)
     assert [item["details"]["n"] for item in denied["items"]] == [1, 5]
     assert (await served.ok("?after_id=1", key=served.agent))["next_after_id"] == 5
-    for query in ("?actor=lea", "?user=lea", "?role=admin"):
+    for query in ("?actor=lea", "?role=admin"):
         assert (await served.get(served.agent, query)).status_code == 400
+    # asking for another user's events is a filter that matches none of the key's own
+    assert (await served.ok("?user=lea", key=served.agent))["items"] == []
+    assert [
+        i["details"]["n"] for i in (await served.ok("?user=erwan", key=served.agent))["items"]
+    ] == [
+        1,
+        5,
+    ]
 
 
 async def test_an_admin_key_sees_every_users_events_of_its_project_only(served: Served) -> None:
@@ -276,3 +284,46 @@ async def test_a_key_whose_stored_role_is_unknown_gets_401(served: Served) -> No
     assert response.status_code == 401
     assert "items" not in response.text
     assert len((await served.ok())["items"]) == 1  # the admin key still works
+
+
+async def test_the_dashboards_filters_narrow_the_api_too(served: Served) -> None:
+    fqdn = "acme.webapp.fs.read_json.a7f3"
+    await served.insert(
+        entry(1, actor="erwan", details={"n": 1, "tool": "fs:write_file"}, decided_by="user:ana"),
+        entry(2, actor="lea", details={"n": 2, "tool": "fs:read_file", "fqdn": fqdn}),
+        entry(3, actor="erwan", details={"n": 3, "tool": "fs:write_file"}, request_id="r-1"),
+        entry(4, details={"n": 4, "capability": fqdn}),
+    )
+
+    def numbers(answer: dict[str, Any]) -> list[int]:
+        return [item["details"]["n"] for item in answer["items"]]
+
+    assert numbers(await served.ok("?tool=fs:write_file")) == [1, 3]
+    assert numbers(await served.ok(f"?capability={fqdn}")) == [2, 4]
+    assert numbers(await served.ok("?decided_by=user:ana")) == [1]
+    assert numbers(await served.ok("?request_id=r-1&user=erwan")) == [3]
+    since = (AT + timedelta(seconds=2)).isoformat()
+    until = (AT + timedelta(seconds=4)).isoformat().replace("+00:00", "Z")
+    assert numbers(await served.ok(f"?since={since.replace('+', '%2B')}&until={until}")) == [2, 3]
+    assert numbers(await served.ok("?before_id=3&limit=1")) == [2]
+    assert numbers(await served.ok("?user=lea", key=served.globex)) == []
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "?since=yesterday",
+        "?since=2026-11-01T00:00",  # no time zone
+        "?until=" + "9" * 50,
+        "?tool=" + "x" * 401,
+        "?user=a%00b",
+        "?decided_by=",
+        "?before_id=-1",
+        "?before_id=1&after_id=2",
+        "?tool=a&tool=b",
+    ],
+)
+async def test_bad_filters_get_400_invalid_input(served: Served, query: str) -> None:
+    response = await served.get(served.acme, query)
+    assert response.status_code == 400, query
+    assert response.json()["error"]["code"] == "INVALID_INPUT"
