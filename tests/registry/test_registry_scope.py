@@ -127,24 +127,3 @@ async def test_listing_filters_apply_within_what_the_scope_sees(
     page = await registry.list(SAME_ORG, ListQuery(visibility="org"))
     assert [item.display_name for item in page.items] == ["shared-org"]
     assert page.total == 1
-
-
-async def test_visible_reads_many_records_in_one_query_within_the_scope(
-    registry: CapabilityRegistry,
-) -> None:
-    from pml.errors import InvalidInput
-    from pml.registry.models import CapabilityDraft
-    from pml.registry.service import MAX_VISIBLE_FQDNS
-
-    mine = Scope("acme", "webapp", "erwan")
-    theirs = Scope("globex", "webapp", "gus")
-    kept = await registry.capture(mine, CapabilityDraft(code="return 1"), latency_ms=1.0)
-    private = await registry.capture(
-        theirs, CapabilityDraft(code="return 2", visibility="private"), latency_ms=1.0
-    )
-    fqdns = [kept.record.fqdn, private.record.fqdn, "acme.webapp.no.such.abcd", kept.record.fqdn]
-    found = await registry.visible(mine, fqdns)
-    assert list(found) == [kept.record.fqdn]
-    assert await registry.visible(mine, []) == {}
-    with pytest.raises(InvalidInput):
-        await registry.visible(mine, [f"a.b.c.d.{i:04x}" for i in range(MAX_VISIBLE_FQDNS + 1)])

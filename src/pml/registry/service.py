@@ -69,7 +69,6 @@ from pml.storage.usage_repo import CAPABILITY_SERVER_ID, SqlToolUsageRepository,
 logger = logging.getLogger(__name__)
 
 MAX_REF_LENGTH = 400
-MAX_VISIBLE_FQDNS = 500
 
 
 class CapabilityRegistry:
@@ -159,18 +158,6 @@ class CapabilityRegistry:
         """One page of what ``scope`` may see."""
         async with self._db.read() as conn:
             return await SqlCapabilityRepository(conn).list_visible(scope, query)
-
-    async def visible(self, scope: Scope, fqdns: Sequence[str]) -> dict[str, CapabilityRecord]:
-        """The records of these FQDNs that ``scope`` may see, by FQDN (one query; at most
-        ``MAX_VISIBLE_FQDNS``; unknown and hidden ones left out)."""
-        wanted = list(dict.fromkeys(fqdns))
-        if len(wanted) > MAX_VISIBLE_FQDNS:
-            raise InvalidInput(f"Ask for at most {MAX_VISIBLE_FQDNS} capabilities at once")
-        if not wanted:
-            return {}
-        async with self._db.read() as conn:
-            found = await SqlCapabilityRepository(conn).find_visible(scope, wanted)
-        return {record.fqdn: record for record in found}
 
     async def counts(self, scope: Scope) -> dict[str, int]:
         """Named and unnamed capabilities and MCP servers visible to ``scope``."""

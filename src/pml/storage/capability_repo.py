@@ -18,6 +18,7 @@ from typing import Any, cast
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from pml.errors import InvalidInput
 from pml.registry.models import AliasRecord, CapabilityRecord, ListQuery, Page, VersionRecord
 from pml.registry.patterns import LIKE_ESCAPE
 from pml.registry.routing import Routing
@@ -36,6 +37,7 @@ from pml.storage.tables import (
     capability_versions as versions,
 )
 
+MAX_VISIBLE_FQDNS = 500
 RECORD_FIELDS = tuple(column.key for column in records.columns)
 VERSION_COLUMNS = [versions.c[name] for name in VersionRecord.__slots__]  # type: ignore[attr-defined]
 SORT_COLUMNS = {
@@ -129,6 +131,18 @@ BY_CODE_HASH_STATEMENT = sa.select(*_OWNER_COLUMNS).where(
     records.c.project == sa.bindparam("project", type_=sa.String()),
     records.c.code_hash == sa.bindparam("code_hash", type_=sa.String()),
 )
+
+
+async def find_visible(
+    db: Database, scope: Scope, fqdns: Sequence[str]
+) -> dict[str, CapabilityRecord]:
+    """The records among ``fqdns`` (at most ``MAX_VISIBLE_FQDNS``) that ``scope`` may see,
+    by FQDN, in one read; unknown and hidden ones are left out."""
+    if len(fqdns) > MAX_VISIBLE_FQDNS:
+        raise InvalidInput(f"Ask for at most {MAX_VISIBLE_FQDNS} capabilities at once")
+    query = sa.select(records).where(visible_to(scope), records.c.fqdn.in_(list(fqdns)))
+    async with db.read() as conn:
+        return {record.fqdn: record for record in map(_record, await conn.execute(query))}
 
 
 async def find_code_owner(db: Database, org: str, project: str, code_hash: str) -> CodeOwner | None:
@@ -360,11 +374,6 @@ class SqlCapabilityRepository:
         )
         items = [_record(row) for row in await self.conn.execute(page_query)]
         return Page(items=items, total=total)
-
-    async def find_visible(self, scope: Scope, fqdns: Sequence[str]) -> list[CapabilityRecord]:
-        """The records among ``fqdns`` that ``scope`` may see (any order)."""
-        query = sa.select(records).where(visible_to(scope), records.c.fqdn.in_(list(fqdns)))
-        return [_record(row) for row in await self.conn.execute(query)]
 
     async def count_by_type(self, scope: Scope) -> dict[str, int]:
         """How many visible records of each kind (named/unnamed capabilities, servers)."""

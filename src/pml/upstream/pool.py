@@ -359,8 +359,7 @@ class ClientPool:
             if not names:
                 return
             try:
-                # The stored catalog is the truth: a definition a person accepted (on the
-                # dashboard, maybe in another process) is no longer flagged.
+                # The stored catalog is the truth (a person may accept a definition anywhere).
                 flagged = await self._catalog.flagged()
                 for name in names:
                     self._connections[name].flagged = tuple(flagged.get(name, ()))

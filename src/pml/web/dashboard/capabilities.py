@@ -26,6 +26,7 @@ from starlette.routing import Route
 from pml.errors import InvalidInput
 from pml.registry.scope import VISIBILITIES, Scope, Visibility
 from pml.registry.tools import CapTools, summary
+from pml.storage.capability_repo import find_visible
 from pml.web.dashboard import capability_detail
 from pml.web.dashboard.capability_format import (
     BASE_PATH,
@@ -187,7 +188,7 @@ async def listing(services: WebServices, tools: CapTools, scope: Scope, f: Filte
     ranked = [hit["fqdn"] for hit in hits if isinstance(hit.get("fqdn"), str)]
     # The registry decides what this scope sees, as for every other read (one query); a
     # capability archived or hidden since the index last looked is left out.
-    records = await services.registry.visible(scope, ranked)
+    records = await find_visible(services.db, scope, ranked)
     scores = {hit.get("fqdn"): hit.get("score") for hit in hits}
     rows: list[ListRow] = []
     for fqdn in ranked:

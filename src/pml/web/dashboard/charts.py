@@ -23,10 +23,13 @@ MARGIN_TOP = 12
 MAX_BARS = 400
 
 
-def _number(value: float) -> str:
+def number(value: float, decimals: int | None = None) -> str:
+    """A chart's figure: ``decimals`` places, or as few as it needs."""
+    if decimals is not None:
+        return f"{value:,.{decimals}f}"
     if value >= 100 or value == int(value):
         return f"{value:,.0f}"
-    return f"{value:,.2f}"
+    return f"{value:,.2f}" if value < 10 else f"{value:,.1f}"
 
 
 def bar_chart(
@@ -47,7 +50,7 @@ def bar_chart(
     scale_top = top if top > 0 else 1.0
     total = sum(value for _, value in points)
     desc = (
-        f"{len(points)} bars, total {_number(total)} {unit}, highest {_number(top)} {unit}"
+        f"{len(points)} bars, total {number(total)} {unit}, highest {number(top)} {unit}"
         if points
         else "no data"
     )
@@ -58,7 +61,7 @@ def bar_chart(
         f'<line x1="{MARGIN_LEFT}" y1="{MARGIN_TOP + plot_h}" x2="{WIDTH - 8}" '
         f'y2="{MARGIN_TOP + plot_h}" stroke="#9aa3ad"/>',
         f'<text x="{MARGIN_LEFT - 6}" y="{MARGIN_TOP + 8}" text-anchor="end">'
-        f"{escape(_number(top))}</text>",
+        f"{escape(number(top))}</text>",
         f'<text x="{MARGIN_LEFT - 6}" y="{MARGIN_TOP + plot_h}" text-anchor="end">0</text>',
     ]
     if not points:
@@ -72,14 +75,14 @@ def bar_chart(
         x = MARGIN_LEFT + index * slot + (slot - bar_w) / 2
         height = plot_h * (value / scale_top)
         y = MARGIN_TOP + plot_h - height
-        tip = f"{label}: {_number(value)} {unit}".strip()
+        tip = f"{label}: {number(value)} {unit}".strip()
         parts.append(
             f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" height="{height:.1f}" '
             f'fill="#3d7bd9"><title>{escape(tip)}</title></rect>'
         )
         if index < len(extra) and extra[index] > 0:
             sub = plot_h * (min(extra[index], value) / scale_top)
-            sub_tip = f"{label}: {_number(extra[index])} {secondary_label}".strip()
+            sub_tip = f"{label}: {number(extra[index])} {secondary_label}".strip()
             parts.append(
                 f'<rect x="{x:.1f}" y="{MARGIN_TOP + plot_h - sub:.1f}" width="{bar_w:.1f}" '
                 f'height="{sub:.1f}" fill="#c0392b"><title>{escape(sub_tip)}</title></rect>'

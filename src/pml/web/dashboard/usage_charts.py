@@ -17,6 +17,8 @@ from typing import Final
 
 from markupsafe import Markup
 
+from pml.web.dashboard.charts import number
+
 WIDTH: Final = 360  # narrow, so that a phone shows it at nearly its own size
 ROW: Final = 36
 BAR: Final = 12
@@ -25,14 +27,6 @@ VALUE_W: Final = 64
 TOP: Final = 4
 MAX_ROWS: Final = 25
 LABEL_CHARS: Final = 52
-
-
-def _number(value: float, decimals: int | None = None) -> str:
-    if decimals is not None:
-        return f"{value:,.{decimals}f}"
-    if value >= 100 or value == int(value):
-        return f"{value:,.0f}"
-    return f"{value:,.2f}" if value < 10 else f"{value:,.1f}"
 
 
 def short_label(label: str, limit: int = LABEL_CHARS) -> str:
@@ -63,7 +57,7 @@ def ranked_chart(
     top = max([value for _, value in rows] + [0.0])
     scale = top if top > 0 else 1.0
     desc = (
-        f"{len(rows)} bars, highest {_number(top, decimals)}{suffix} {unit}".rstrip()
+        f"{len(rows)} bars, highest {number(top, decimals)}{suffix} {unit}".rstrip()
         if rows
         else "no data"
     )
@@ -81,7 +75,7 @@ def ranked_chart(
         y = TOP + index * ROW  # the label on its line, the bar under it
         bar_y = y + LABEL_H + 3
         width = max(plot_w * (value / scale), 1.0 if value > 0 else 0.0)
-        tip = f"{label}: {_number(value, decimals)}{suffix} {unit}".rstrip()
+        tip = f"{label}: {number(value, decimals)}{suffix} {unit}".rstrip()
         parts.append(
             f'<text x="0" y="{y + LABEL_H - 3}" class="label">{escape(short_label(label))}</text>'
         )
@@ -91,14 +85,14 @@ def ranked_chart(
         )
         if index < len(extra) and extra[index] > 0:
             sub = plot_w * (min(extra[index], value) / scale)
-            sub_tip = f"{label}: {_number(extra[index])} {secondary_label}".rstrip()
+            sub_tip = f"{label}: {number(extra[index])} {secondary_label}".rstrip()
             parts.append(
                 f'<rect x="0" y="{bar_y}" width="{max(sub, 1.0):.1f}" height="{BAR}" rx="2" '
                 f'fill="#c0392b"><title>{escape(sub_tip)}</title></rect>'
             )
         parts.append(
             f'<text x="{width + 6:.1f}" y="{bar_y + BAR - 2}" class="value">'
-            f"{escape(_number(value, decimals) + suffix)}</text>"
+            f"{escape(number(value, decimals) + suffix)}</text>"
         )
     parts.append("</svg>")
     return Markup("".join(parts))
