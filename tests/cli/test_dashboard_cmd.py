@@ -23,9 +23,7 @@ START_WAIT_S = 60.0
 PML = str(Path(sys.executable).with_name("pml"))
 
 
-@contextmanager
-def running_dashboard(tmp_path: Path, *extra: str) -> Iterator[tuple[str, int, str]]:
-    """``pml dashboard --port 0`` in a child process; yields (URL, port, stderr so far)."""
+def write_config(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     config = tmp_path / "pml.toml"
     config.write_text(
         f'database_url = "sqlite:///{tmp_path / "pml.db"}"\n'
@@ -34,15 +32,27 @@ def running_dashboard(tmp_path: Path, *extra: str) -> Iterator[tuple[str, int, s
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("PML_")}
     env["USER"] = "ana"
-    child = subprocess.Popen(
-        [PML, "--config", str(config), "dashboard", "--port", "0", *extra],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert child.stderr is not None
+    return config, env
+
+
+@contextmanager
+def running_dashboard(tmp_path: Path, *extra: str) -> Iterator[tuple[str, int, str]]:
+    """``pml dashboard --port 0`` on a pseudo-terminal, as a person starts it; yields
+    (URL, port, what the terminal showed so far)."""
+    config, env = write_config(tmp_path)
+    master, slave = os.openpty()
+    try:
+        child = subprocess.Popen(
+            [PML, "--config", str(config), "dashboard", "--port", "0", *extra],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            cwd=tmp_path,
+            start_new_session=True,
+        )
+    finally:
+        os.close(slave)
     seen = ""
     deadline = time.monotonic() + START_WAIT_S
     try:
@@ -50,9 +60,13 @@ def running_dashboard(tmp_path: Path, *extra: str) -> Iterator[tuple[str, int, s
             left = deadline - time.monotonic()
             assert left > 0, f"no sign-in URL in time: {seen!r}"
             assert child.poll() is None, f"pml dashboard exited: {seen!r}"
-            ready, _, _ = select.select([child.stderr], [], [], left)
+            ready, _, _ = select.select([master], [], [], left)
             if ready:
-                seen += os.read(child.stderr.fileno(), 4096).decode("utf-8", "replace")
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # EIO: the terminal's other side is closed
+                    chunk = b""
+                seen += chunk.decode("utf-8", "replace")
         yield match.group(0), int(match.group(1)), seen
     finally:
         child.send_signal(signal.SIGINT)
@@ -61,6 +75,26 @@ def running_dashboard(tmp_path: Path, *extra: str) -> Iterator[tuple[str, int, s
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
+        os.close(master)
+
+
+def test_without_a_terminal_pml_dashboard_refuses_and_prints_no_link(tmp_path: Path) -> None:
+    config, env = write_config(tmp_path)
+    result = subprocess.run(  # as an agent's shell runs it: pipes, no terminal
+        [PML, "--config", str(config), "dashboard", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: FORBIDDEN: pml dashboard needs a person")
+    assert len(result.stderr.splitlines()) == 1
+    assert "signin" not in result.stdout + result.stderr
+    assert "token" not in result.stdout + result.stderr
 
 
 def listening_addresses(port: int) -> set[str]:

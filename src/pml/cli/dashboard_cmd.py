@@ -7,6 +7,10 @@ It listens on 127.0.0.1 and nowhere else (there is no option to change that: a s
 serves its dashboard with ``pml serve --http``). The printed URL carries a one-time token:
 the first visit exchanges it for a session cookie as the person at this terminal (an admin
 of the configured ``[scope]``, ``decided_by`` ``user:<OS login>``), then it never works again.
+
+Like ``pml approvals approve`` on the local database, it starts only for a person at an
+interactive terminal: an agent's shell is not one, and an agent that could start it could
+read the link and approve its own requests.
 """
 
 from __future__ import annotations
@@ -21,10 +25,15 @@ from typing import Annotated
 import typer
 
 from pml.cli.common import ConfigOption, load_cli_settings, run_command
-from pml.errors import ConfigError, InvalidInput
+from pml.errors import ConfigError, Forbidden, InvalidInput
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 8766
+NO_TERMINAL = (
+    "pml dashboard needs a person at an interactive terminal (stdin and stderr are not "
+    "one): its sign-in link is a person's, so run it in your own shell; a shared PML serves "
+    "its dashboard with pml serve --http"
+)
 
 
 def _login() -> str:
@@ -95,6 +104,8 @@ def register(app: typer.Typer) -> None:
         """The dashboard on 127.0.0.1 over the local database, with a one-time sign-in URL."""
 
         async def body() -> None:
+            if not (sys.stdin.isatty() and sys.stderr.isatty()):
+                raise Forbidden(NO_TERMINAL)
             settings = load_cli_settings(ctx, config)
             await serve_dashboard(settings, port, _login(), _announce)
 
