@@ -479,3 +479,18 @@ async def test_a_notice_is_one_the_page_knows_or_a_400(web: WebHarness) -> None:
 
 def test_the_highlight_stylesheet_holds_the_colours_the_code_is_highlighted_with() -> None:
     assert (STATIC / "highlight.css").read_text() == highlight_stylesheet()
+
+
+def test_code_and_diffs_show_invisible_and_bidi_characters_as_escapes() -> None:
+    from pml.web.dashboard.code_view import code_html, diff_lines, json_html
+
+    trojan = 'access = "user\u202e \u2066# admin\u2069 \u2066"\nif ok:\n\treturn\u200b 1'
+    shown = re.sub(r"<[^>]+>", "", str(code_html(trojan)))  # the text a person reads
+    for hidden in ("\u202e", "\u2066", "\u2069", "\u200b"):
+        assert hidden not in shown
+    assert "\\u202e" in shown
+    assert "\\u200b" in shown
+    assert shown.count("\n") >= 3  # lines and tabs are kept
+    assert "\u202e" not in str(json_html({"k": "a\u202eb"}))
+    [line] = diff_lines("+x = '\u2067'")
+    assert (line.kind, line.text) == ("add", "+x = '\\u2067'")

@@ -32,6 +32,14 @@ def visible(value: object, limit: int = VALUE_LIMIT) -> str:
     return shown if len(text) <= limit else shown + "…"
 
 
+def revealed(text: str) -> str:
+    """Multi-line text (code) as a person reads it: like :func:`visible`, but whole, with
+    its line breaks and tabs kept (so a bidi override cannot reorder what code shows)."""
+    return "".join(
+        c if c in "\n\t" or unicodedata.category(c) not in _HIDDEN else _escaped(c) for c in text
+    )
+
+
 def _escaped(char: str) -> str:
     code = ord(char)
     if char in _SHORT:

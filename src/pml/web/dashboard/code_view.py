@@ -7,7 +7,8 @@
 The Content-Security-Policy forbids inline styles, so Pygments writes class names and the
 colours live in the static ``highlight.css``; :func:`highlight_stylesheet` is what that file
 holds (regenerate it with ``python -m pml.web.dashboard.code_view > .../highlight.css``
-after changing ``STYLE``). Everything the formatter emits is escaped by Pygments itself.
+after changing ``STYLE``). Everything the formatter emits is escaped by Pygments itself;
+invisible and direction-changing characters are shown as escapes first (Trojan Source).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexer import Lexer
 from pygments.lexers import get_lexer_by_name  # pyright: ignore[reportUnknownVariableType]
 
+from pml.policy.approval_review import revealed
+
 STYLE: Final = "github-dark"
 CSS_CLASS: Final = "highlight"
 MAX_HIGHLIGHT_CHARS: Final = 200_000
@@ -35,6 +38,7 @@ def _formatter() -> HtmlFormatter[str]:
 
 
 def _highlighted(text: str, lexer: Lexer) -> Markup:
+    text = revealed(text)  # invisible and direction-changing characters shown as escapes
     if len(text) > MAX_HIGHLIGHT_CHARS:  # huge text: plain, still escaped
         return Markup('<div class="{}"><pre><code>{}</code></pre></div>').format(CSS_CLASS, text)
     html: str = highlight(text, lexer, _formatter())
@@ -76,7 +80,7 @@ def diff_lines(diff: str) -> list[DiffLine]:
             kind = "del"
         else:
             kind = "same"
-        marked.append(DiffLine(kind, line))
+        marked.append(DiffLine(kind, revealed(line)))
     if len(lines) > MAX_DIFF_LINES:
         marked.append(DiffLine("hunk", f"… {len(lines) - MAX_DIFF_LINES} more lines"))
     return marked
