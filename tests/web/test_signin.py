@@ -137,3 +137,19 @@ async def test_an_opaque_origin_counts_only_with_same_origin_fetch_metadata(
     )
     assert same.status_code == 303
     assert (await web.get("/ui/capabilities")).status_code == 303
+
+
+async def test_every_page_shows_invisible_and_bidi_characters_as_escapes(
+    web: WebHarness,
+) -> None:
+    web.pg.gateway.policy.audit.emit(
+        "TOOL_CALL_END",
+        scope=web.pg.gateway.default_scope,
+        details={"tool": "fs:read", "note": "safe\u202e.txt\u200bexe"},
+    )
+    await web.pg.gateway.policy.audit.flush()
+    page = await web.get("/ui/audit")
+    assert page.status_code == 200
+    assert "\u202e" not in page.text
+    assert "\u200b" not in page.text
+    assert "safe\\u202e.txt\\u200bexe" in page.text

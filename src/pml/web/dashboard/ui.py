@@ -8,7 +8,8 @@
 
 ``page`` sends a visitor without a live session to the sign-in page; ``action`` (every POST)
 also refuses cross-site requests (``Origin`` / ``Sec-Fetch-Site``) and a missing or wrong
-CSRF token with 403, before the handler runs. Templates autoescape everything; responses
+CSRF token with 403, before the handler runs. Templates autoescape everything and show
+invisible or direction-changing characters as escapes; responses
 carry a strict Content-Security-Policy (scripts and styles from ``/ui/static`` only).
 """
 
@@ -21,10 +22,12 @@ from typing import Any
 from urllib.parse import parse_qs, quote
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from pml.errors import InvalidInput, PmlError
+from pml.policy.approval_review import revealed
 from pml.web.dashboard.sessions import SESSION_COOKIE, SessionStore, Viewer
 from pml.web.services import WebServices
 
@@ -65,6 +68,14 @@ NAVIGATION = (
     ("audit", "Audit", "/ui/audit"),
     ("usage", "Usage & grants", "/ui/usage"),
 )
+
+
+def _revealed(value: object) -> object:
+    """Every plain string a template prints shows invisible and direction-changing
+    characters as escapes (values from agents cannot hide or reorder text on a page)."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return revealed(value)
+    return value
 
 
 def with_headers(response: Response) -> Response:
@@ -124,6 +135,7 @@ class Ui:
             trim_blocks=True,
             lstrip_blocks=True,
             enable_async=False,
+            finalize=_revealed,
         )
         self.env.globals.update(navigation=NAVIGATION)  # pyright: ignore[reportUnknownMemberType]
 
