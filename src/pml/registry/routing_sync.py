@@ -1,0 +1,369 @@
+"""Stored routing follows ``[routing]`` (SPEC §8, §14): re-derive it after a config change.
+
+    changes = await sync_routing(db, RoutingRules(cloud=("search*",)), apply=False)  # a check
+    changes = await sync_routing(db, rules, announce=announcer.announce, auditor=audit)
+    await routing_at_start(db, settings)          # the gateway's start (and a reload)
+
+A capability's routing is computed when it is created and on every new version; when the
+patterns change, the stored value of every capability of every tenant with no explicit
+override (and not archived) is derived again from its ``tools_used``, exactly as
+``resolve_routing`` does at creation, and stored in place when it differs: routing is
+metadata, so no version is written.
+
+A capability used by another contributes its own routing. Dependencies are solved as a
+whole, so the result does not depend on the order rows are read: a capability is ``local``
+when a local tool, an unknown capability or a fixed-``local`` one (an override, an archived
+or MCP server record) is reachable through the capabilities it uses, else ``cloud``. A
+cycle of capabilities that reaches nothing local is therefore ``cloud``, and the solve
+(one pass over the dependency edges) always ends.
+
+Capabilities are read ``batch_size`` at a time (code and schemas are never read); only
+those that use other capabilities stay in memory, as their FQDN and dependencies, until the
+solve. Each batch is committed before its changes are announced (``kind`` =
+``ROUTING_CHANGED``) and one ``CAPABILITY_ROUTING_CHANGED`` audit event per org/project
+sums up a run that changed something.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Final
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from pml.errors import InvalidInput, PmlError
+from pml.policy.model import Auditor
+from pml.registry.fqdn import is_fqdn
+from pml.registry.models import RoutingRules
+from pml.registry.names import capability_tool_parts
+from pml.registry.routing import Routing, resolve_routing
+from pml.registry.scope import Scope
+from pml.storage.capability_repo import SqlCapabilityRepository
+from pml.storage.database import Database
+from pml.storage.routing_repo import (
+    RoutingRow,
+    routing_page,
+    routing_rows,
+    routing_states,
+    set_routing,
+)
+from pml.storage.types import utc_now
+
+if TYPE_CHECKING:
+    from pml.config import Settings
+
+logger = logging.getLogger(__name__)
+
+ROUTING_CHANGED: Final = "routing_changed"  # the change kind listeners receive
+AUDIT_EVENT: Final = "CAPABILITY_ROUTING_CHANGED"
+BATCH: Final = 500
+# A project's tool lists are re-read once per announcement by every replica's watcher;
+# past this many in one run, the rest are found by their moved ``updated_at`` instead.
+ANNOUNCED_PER_SCOPE: Final = 100
+AUDITED_PER_SCOPE: Final = 50
+
+Announce = Callable[[str, str, str, str], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingChange:
+    """One capability whose stored routing differs from what ``[routing]`` derives."""
+
+    org: str
+    project: str
+    fqdn: str
+    display_name: str
+    stored: str
+    derived: Routing
+
+    def to_dict(self) -> dict[str, str]:
+        """The change as JSON (``pml cap routing --json``)."""
+        return {
+            "name": self.display_name,
+            "fqdn": self.fqdn,
+            "org": self.org,
+            "project": self.project,
+            "from": self.stored,
+            "to": self.derived,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """A capability that is ``cloud`` unless a capability it uses turns out ``local``."""
+
+    row: RoutingRow
+    deps: frozenset[str]
+
+
+def _is_capability_ref(ref: str) -> bool:
+    return is_fqdn(ref) or capability_tool_parts(ref) is not None
+
+
+def _scope_of(row: RoutingRow) -> Scope | None:
+    try:
+        return Scope(row.org, row.project, row.created_by)
+    except InvalidInput:  # a damaged row: its capability references resolve to nothing
+        return None
+
+
+class _Run:
+    """One re-derivation over the whole database (see module)."""
+
+    def __init__(
+        self,
+        db: Database,
+        rules: RoutingRules,
+        *,
+        apply: bool,
+        announce: Announce | None,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._db = db
+        self._rules = rules
+        self._apply = apply
+        self._announce = announce
+        self._clock = clock
+        self._announced: Counter[tuple[str, str]] = Counter()
+        self.changes: list[RoutingChange] = []
+        self.pending: dict[str, _Pending] = {}
+        self.values: dict[str, Routing] = {}  # settled routing of capabilities others use
+
+    async def scan(self, batch_size: int) -> None:
+        """Derive every capability, a batch at a time; store the settled ones at once."""
+        after: str | None = None
+        while True:
+            async with self._db.read() as conn:
+                rows = await routing_page(conn, after=after, limit=batch_size)
+                derived = await self._derive(conn, rows)
+            await self._commit(self._settle(derived))
+            if len(rows) < batch_size:
+                return
+            after = rows[-1].fqdn
+
+    async def fill(self, batch_size: int) -> None:
+        """Settle every capability a pending one uses (read again: the scan kept no values)."""
+        seen = set(self.pending)
+        missing = self._missing(self.pending.values(), seen)
+        while missing:
+            seen |= missing
+            wanted = sorted(missing)
+            missing = set[str]()
+            for start in range(0, len(wanted), batch_size):
+                chunk = wanted[start : start + batch_size]
+                async with self._db.read() as conn:
+                    rows = await routing_rows(conn, chunk)
+                    derived = await self._derive(conn, rows)
+                    absent = sorted(set(chunk) - {row.fqdn for row in rows})
+                    states = await routing_states(conn, absent)
+                for fqdn in absent:  # no longer derivable (or gone) since it was resolved
+                    state = states.get(fqdn)
+                    self.values[fqdn] = "cloud" if state and state.routing == "cloud" else "local"
+                added = [
+                    _Pending(row, value) for row, value in derived if isinstance(value, frozenset)
+                ]
+                for row, value in derived:
+                    if not isinstance(value, frozenset):
+                        self.values[row.fqdn] = value
+                for node in added:
+                    self.pending[node.row.fqdn] = node
+                missing |= self._missing(added, seen)
+
+    async def solve(self, batch_size: int) -> None:
+        """Decide the pending capabilities together, then store those that changed."""
+        local: set[str] = set()
+        dependants: defaultdict[str, list[str]] = defaultdict(list)
+        reached: list[str] = []
+        for fqdn, node in self.pending.items():
+            for dep in node.deps:
+                if dep in self.pending:
+                    dependants[dep].append(fqdn)
+                elif self.values.get(dep, "local") == "local" and fqdn not in local:
+                    local.add(fqdn)
+                    reached.append(fqdn)
+        while reached:  # local spreads to whatever uses it; each node is reached once
+            for user in dependants.get(reached.pop(), ()):
+                if user not in local:
+                    local.add(user)
+                    reached.append(user)
+        changes = [
+            _change(node.row, "local" if fqdn in local else "cloud")
+            for fqdn, node in sorted(self.pending.items())
+        ]
+        changed = [change for change in changes if change is not None]
+        for start in range(0, len(changed), batch_size):
+            await self._commit(changed[start : start + batch_size])
+
+    def _missing(self, nodes: Iterable[_Pending], seen: set[str]) -> set[str]:
+        return {dep for node in nodes for dep in node.deps if dep not in seen}
+
+    def _settle(
+        self, derived: Sequence[tuple[RoutingRow, Routing | frozenset[str]]]
+    ) -> list[RoutingChange]:
+        changes: list[RoutingChange] = []
+        for row, value in derived:
+            if isinstance(value, frozenset):
+                self.pending[row.fqdn] = _Pending(row, value)
+            elif (change := _change(row, value)) is not None:
+                changes.append(change)
+        return changes
+
+    async def _derive(
+        self, conn: AsyncConnection, rows: Sequence[RoutingRow]
+    ) -> list[tuple[RoutingRow, Routing | frozenset[str]]]:
+        """Each row's routing, or the derivable capabilities it waits for."""
+        repo = SqlCapabilityRepository(conn)
+        # A reference means what it meant at creation: resolved in the creator's scope.
+        targets: dict[tuple[str, str, str, str], str | None] = {}
+        for row in rows:
+            scope = _scope_of(row)
+            for ref in row.tools_used or ():
+                key = (row.org, row.project, row.created_by, str(ref))
+                if isinstance(ref, str) and _is_capability_ref(ref) and key not in targets:
+                    found = await repo.resolve_name(scope, ref) if scope else None
+                    targets[key] = found[0].fqdn if found is not None else None
+        states = await routing_states(
+            conn, sorted({fqdn for fqdn in targets.values() if fqdn is not None})
+        )
+        derived: list[tuple[RoutingRow, Routing | frozenset[str]]] = []
+        for row in rows:
+            if row.tools_used is None:
+                derived.append((row, "local"))  # a damaged row: the secure default
+                continue
+            tools = row.tools_used
+            known: dict[str, Routing] = {}
+            deps: set[str] = set()
+            for ref in tools:
+                target = targets.get((row.org, row.project, row.created_by, str(ref)))
+                state = states.get(target) if target is not None else None
+                if target is None or state is None:
+                    continue  # unknown: resolve_routing counts it local
+                if state.derivable:
+                    known[str(ref)] = "cloud"  # for now; the solve decides
+                    deps.add(target)
+                else:
+                    known[str(ref)] = "cloud" if state.routing == "cloud" else "local"
+            routing = resolve_routing(
+                tools,  # pyright: ignore[reportArgumentType]
+                cloud_patterns=self._rules.cloud,
+                local_patterns=self._rules.local,
+                capability_routing=known,
+            )
+            settled = routing == "local" or not deps
+            derived.append((row, routing if settled else frozenset(deps)))
+        return derived
+
+    async def _commit(self, changes: Sequence[RoutingChange]) -> None:
+        if not self._apply or not changes:
+            self.changes.extend(changes)
+            return
+        now = self._clock()
+        done: set[str] = set()
+        async with self._db.transaction() as conn:
+            for routing in ("local", "cloud"):
+                fqdns = [c.fqdn for c in changes if c.derived == routing]
+                if fqdns:
+                    done.update(await set_routing(conn, fqdns, routing, now))
+        applied = [change for change in changes if change.fqdn in done]
+        self.changes.extend(applied)
+        for change in applied:  # committed: now others may hear of it
+            key = (change.org, change.project)
+            self._announced[key] += 1
+            if self._announce is not None and self._announced[key] <= ANNOUNCED_PER_SCOPE:
+                await self._announce(change.org, change.project, change.fqdn, ROUTING_CHANGED)
+
+
+def _change(row: RoutingRow, derived: Routing) -> RoutingChange | None:
+    if row.routing == derived:
+        return None
+    return RoutingChange(row.org, row.project, row.fqdn, row.display_name, row.routing, derived)
+
+
+async def sync_routing(
+    db: Database,
+    rules: RoutingRules,
+    *,
+    apply: bool = True,
+    announce: Announce | None = None,
+    auditor: Auditor | None = None,
+    user: str = "pml",
+    trigger: str = "cli",
+    batch_size: int = BATCH,
+    clock: Callable[[], datetime] = utc_now,
+) -> list[RoutingChange]:
+    """Re-derive the stored routing of every capability under ``rules``; store the
+    differences unless ``apply`` is false, and return them (what would change, in a check)."""
+    if batch_size < 1:
+        raise InvalidInput("batch_size must be at least 1", field="batch_size")
+    run = _Run(db, rules, apply=apply, announce=announce, clock=clock)
+    await run.scan(batch_size)
+    await run.fill(batch_size)
+    await run.solve(batch_size)
+    if apply and auditor is not None:
+        _audit(auditor, run.changes, rules, user=user, trigger=trigger)
+    return run.changes
+
+
+def _audit(
+    auditor: Auditor,
+    changes: Sequence[RoutingChange],
+    rules: RoutingRules,
+    *,
+    user: str,
+    trigger: str,
+) -> None:
+    """One event per org/project a run changed (another tenant never reads of it)."""
+    by_scope: defaultdict[tuple[str, str], list[RoutingChange]] = defaultdict(list)
+    for change in changes:
+        by_scope[(change.org, change.project)].append(change)
+    for (org, project), items in sorted(by_scope.items()):
+        details: dict[str, object] = {
+            "changed": len(items),
+            "trigger": trigger,
+            "cloud": list(rules.cloud),
+            "local": list(rules.local),
+            "capabilities": [
+                {"capability": c.fqdn, "from": c.stored, "to": c.derived}
+                for c in items[:AUDITED_PER_SCOPE]
+            ],
+        }
+        if len(items) == 1:  # the dashboard's capability filter finds it
+            details["capability"] = items[0].fqdn
+        try:
+            scope = Scope(org, project, user)
+        except InvalidInput:
+            logger.warning("routing change of %s.%s not audited: bad scope", org, project)
+            continue
+        auditor.emit(AUDIT_EVENT, scope=scope, details=details, decided_by="config:routing")
+
+
+async def routing_at_start(
+    db: Database, settings: Settings, *, announce: Announce | None = None
+) -> list[RoutingChange]:
+    """Make stored routing follow ``settings``' ``[routing]`` (the gateway's start, a
+    reload): applied, announced, audited, logged; a failure is logged, never raised, as
+    the stored routing stays usable."""
+    from pml.config import audit_file_path
+    from pml.policy.audit import AuditLog
+    from pml.registry.changes import ChangeAnnouncer
+    from pml.wiring import routing_rules, scope_of
+
+    rules = routing_rules(settings)
+    user = scope_of(settings).user
+    if announce is None:
+        announce = ChangeAnnouncer(db).announce
+    try:
+        changes = await sync_routing(db, rules, announce=announce, user=user, trigger="start")
+    except PmlError as error:
+        logger.warning("stored routing not re-derived from [routing]: %s", error)
+        return []
+    logger.info("routing follows [routing]: %d capabilities re-derived", len(changes))
+    if changes:
+        audit = AuditLog(db, audit_file_path(settings))
+        async with audit.running():
+            _audit(audit, changes, rules, user=user, trigger="start")
+    return changes
