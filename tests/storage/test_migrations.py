@@ -32,7 +32,7 @@ def _differences(conn: sa.Connection) -> list[object]:
 async def test_a_blank_database_is_migrated_to_head_on_open(blank_url: str) -> None:
     db = await Database.open(blank_url)
     try:
-        assert await db.current_revision() == head_revision() == "0010"
+        assert await db.current_revision() == head_revision() == "0011"
         async with db.read() as conn:
             differences = await conn.run_sync(_differences)
         assert differences == []

@@ -60,6 +60,26 @@ class CapabilityRecord:
     success_count: int
     total_latency_ms: float
     last_used_at: datetime | None
+    archived_at: datetime | None = None
+    archived_by: str | None = None
+    # The aliases an archived record held: names are freed, restoring brings back the free ones
+    archived_aliases: list[dict[str, str]] | None = None
+    deprecated_at: datetime | None = None
+    deprecated_by: str | None = None
+    deprecation_message: str | None = None
+    replaced_by: str | None = None  # the FQDN of the capability to use instead
+
+    @property
+    def archived(self) -> bool:
+        """Whether the record is archived (kept for history, out of every list and name)."""
+        return self.archived_at is not None
+
+    @property
+    def deprecation(self) -> str | None:
+        """The ``deprecated`` warning every answer about this record carries, if any."""
+        if self.deprecated_at is None:
+            return None
+        return self.deprecation_message or f"Capability '{self.display_name}' is deprecated."
 
     @property
     def success_rate(self) -> float:
@@ -76,6 +96,7 @@ class CapabilityRecord:
         data = _jsonable(asdict(self))
         data["type"] = self.record_type
         data["success_rate"] = self.success_rate
+        data["archived"] = self.archived
         return data
 
 
@@ -160,6 +181,7 @@ class ListQuery:
     limit: int = 50
     offset: int = 0
     record_type: RecordType = "capability"
+    archived: bool = False  # list the archived records instead of the active ones
 
 
 @dataclass(frozen=True, slots=True)

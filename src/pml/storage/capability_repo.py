@@ -23,6 +23,13 @@ from pml.registry.models import AliasRecord, CapabilityRecord, ListQuery, Page, 
 from pml.registry.patterns import LIKE_ESCAPE
 from pml.registry.routing import Routing
 from pml.registry.scope import Scope
+from pml.storage.capability_queries import (
+    ACTIVE,
+    RECORD_FIELDS,
+    RESOLVE_STATEMENT,
+    record_of,
+    visible_to,
+)
 from pml.storage.database import Database
 from pml.storage.tables import (
     capability_aliases as aliases,
@@ -34,80 +41,25 @@ from pml.storage.tables import (
     capability_tags as tags_table,
 )
 from pml.storage.tables import (
+    capability_version_tags as version_tags,
+)
+from pml.storage.tables import (
     capability_versions as versions,
 )
 
 MAX_VISIBLE_FQDNS = 500
-RECORD_FIELDS = tuple(column.key for column in records.columns)
-VERSION_COLUMNS = [versions.c[name] for name in VersionRecord.__slots__]  # type: ignore[attr-defined]
+# A version's tag: set with the version, or later (``pml cap tag``) in the tag table.
+VERSION_COLUMNS = [
+    sa.func.coalesce(version_tags.c.tag, versions.c.version_tag).label(name)
+    if name == "version_tag"
+    else versions.c[name]
+    for name in VersionRecord.__slots__  # type: ignore[attr-defined]
+]
 SORT_COLUMNS = {
     "usage": records.c.usage_count,
     "name": records.c.display_name,
     "created": records.c.created_at,
 }
-
-
-def visible_to(scope: Scope) -> sa.ColumnElement[bool]:
-    """The SQL condition for records ``scope`` may see."""
-    r = records.c
-    return sa.or_(
-        sa.and_(
-            r.org == scope.org,
-            r.project == scope.project,
-            sa.or_(r.visibility != "private", r.created_by == scope.user),
-        ),
-        sa.and_(r.org == scope.org, r.visibility == "org"),
-        r.visibility == "public",
-    )
-
-
-def _resolve_statement() -> sa.Select[Any]:
-    """The name-resolution query, built once: only its parameters change per call."""
-    r, a = records.c, aliases.c
-    org, project, user, name = (
-        sa.bindparam(key, type_=sa.String()) for key in ("org", "project", "user", "name")
-    )
-    own = sa.and_(
-        r.org == org, r.project == project, sa.or_(r.visibility != "private", r.created_by == user)
-    )
-    visible = sa.or_(own, sa.and_(r.org == org, r.visibility == "org"), r.visibility == "public")
-    alias_scope = (a.org == org, a.project == project)
-    # Alias branches probe the alias index once, then the primary key: a plan that stays
-    # good whatever the planner's statistics say.
-    by_alias = sa.select(a.target_fqdn).where(*alias_scope, a.alias == name).scalar_subquery()
-    tool_alias = (
-        sa.select(a.target_fqdn, a.alias)
-        .where(*alias_scope, a.tool_name == name)
-        .order_by(a.created_at.desc())
-        .limit(1)
-        .subquery()
-    )
-    via_tool_alias = records.join(tool_alias, tool_alias.c.target_fqdn == r.fqdn)
-
-    def branch(priority: int, alias: Any, source: Any, *where: Any) -> Any:
-        return (
-            sa.select(*records.c, sa.literal(priority).label("priority"), alias.label("via_alias"))
-            .select_from(source)
-            .where(*where)
-        )
-
-    query = sa.union_all(
-        branch(1, sa.null(), records, own, r.display_name == name),
-        branch(2, name, records, own, r.fqdn == by_alias),
-        branch(3, sa.null(), records, own, r.tool_name == name),
-        branch(4, tool_alias.c.alias, via_tool_alias, own),
-        branch(5, sa.null(), records, visible, r.fqdn == name),
-        branch(6, sa.null(), records, r.display_name == name, r.visibility == "public"),
-    ).subquery()
-    return sa.select(query).order_by(query.c.priority, query.c.created_at, query.c.fqdn).limit(1)
-
-
-RESOLVE_STATEMENT = _resolve_statement()
-
-
-def _record(row: sa.Row[Any]) -> CapabilityRecord:
-    data = row._mapping  # pyright: ignore[reportPrivateUsage]
-    return CapabilityRecord(**{name: data[name] for name in RECORD_FIELDS})
 
 
 def _version(row: sa.Row[Any]) -> VersionRecord:
@@ -127,6 +79,7 @@ class CodeOwner:
 
 _OWNER_COLUMNS = [records.c[name] for name in ("fqdn", "id", "display_name", "named", "routing")]
 BY_CODE_HASH_STATEMENT = sa.select(*_OWNER_COLUMNS).where(
+    ACTIVE,
     records.c.org == sa.bindparam("org", type_=sa.String()),
     records.c.project == sa.bindparam("project", type_=sa.String()),
     records.c.code_hash == sa.bindparam("code_hash", type_=sa.String()),
@@ -142,7 +95,7 @@ async def find_visible(
         raise InvalidInput(f"Ask for at most {MAX_VISIBLE_FQDNS} capabilities at once")
     query = sa.select(records).where(visible_to(scope), records.c.fqdn.in_(list(fqdns)))
     async with db.read() as conn:
-        return {record.fqdn: record for record in map(_record, await conn.execute(query))}
+        return {record.fqdn: record for record in map(record_of, await conn.execute(query))}
 
 
 async def find_code_owner(db: Database, org: str, project: str, code_hash: str) -> CodeOwner | None:
@@ -170,7 +123,7 @@ async def resolve_reference(
     row = await db.first(RESOLVE_STATEMENT, params)
     if row is None:
         return None
-    return _record(row), row._mapping["via_alias"]  # pyright: ignore[reportPrivateUsage]
+    return record_of(row), row._mapping["via_alias"]  # pyright: ignore[reportPrivateUsage]
 
 
 class SqlCapabilityRepository:
@@ -199,28 +152,31 @@ class SqlCapabilityRepository:
         row = (await self.conn.execute(RESOLVE_STATEMENT, params)).first()
         if row is None:
             return None
-        return _record(row), row._mapping["via_alias"]  # pyright: ignore[reportPrivateUsage]
+        return record_of(row), row._mapping["via_alias"]  # pyright: ignore[reportPrivateUsage]
 
     async def get_visible(self, scope: Scope, fqdn: str) -> CapabilityRecord | None:
         """The record with this FQDN if ``scope`` may see it."""
         query = sa.select(records).where(records.c.fqdn == fqdn, visible_to(scope))
         row = (await self.conn.execute(query)).first()
-        return _record(row) if row else None
+        return record_of(row) if row else None
 
     async def get(self, fqdn: str) -> CapabilityRecord | None:
         """The record with this FQDN, whoever owns it (for services, after their checks)."""
         row = (await self.conn.execute(sa.select(records).where(records.c.fqdn == fqdn))).first()
-        return _record(row) if row else None
+        return record_of(row) if row else None
 
     async def find_by_code_hash(
         self, org: str, project: str, code_hash: str
     ) -> CapabilityRecord | None:
         """The capability of this org/project whose current code has this hash."""
         query = sa.select(records).where(
-            records.c.org == org, records.c.project == project, records.c.code_hash == code_hash
+            ACTIVE,
+            records.c.org == org,
+            records.c.project == project,
+            records.c.code_hash == code_hash,
         )
         row = (await self.conn.execute(query)).first()
-        return _record(row) if row else None
+        return record_of(row) if row else None
 
     async def fqdn_exists(self, fqdn: str) -> bool:
         """Whether any record already uses this FQDN."""
@@ -231,7 +187,9 @@ class SqlCapabilityRepository:
         """FQDN of the record using ``name`` as display name or alias in this org/project."""
         r, a = records.c, aliases.c
         query = sa.union_all(
-            sa.select(r.fqdn).where(r.org == org, r.project == project, r.display_name == name),
+            sa.select(r.fqdn).where(
+                ACTIVE, r.org == org, r.project == project, r.display_name == name
+            ),
             sa.select(a.target_fqdn).where(a.org == org, a.project == project, a.alias == name),
         )
         return (await self.conn.execute(query)).scalars().first()
@@ -240,7 +198,9 @@ class SqlCapabilityRepository:
         """FQDN of the record whose MCP tool name (current or aliased) is ``tool_name``."""
         r, a = records.c, aliases.c
         query = sa.union_all(
-            sa.select(r.fqdn).where(r.org == org, r.project == project, r.tool_name == tool_name),
+            sa.select(r.fqdn).where(
+                ACTIVE, r.org == org, r.project == project, r.tool_name == tool_name
+            ),
             sa.select(a.target_fqdn).where(
                 a.org == org, a.project == project, a.tool_name == tool_name
             ),
@@ -274,8 +234,13 @@ class SqlCapabilityRepository:
 
     async def versions_of(self, fqdn: str) -> list[VersionRecord]:
         """Every version of a record, oldest first."""
+        tagged = sa.and_(
+            version_tags.c.capability_fqdn == versions.c.capability_fqdn,
+            version_tags.c.version == versions.c.version,
+        )
         query = (
             sa.select(*VERSION_COLUMNS)
+            .select_from(versions.outerjoin(version_tags, tagged))
             .where(versions.c.capability_fqdn == fqdn)
             .order_by(versions.c.version)
         )
@@ -346,6 +311,7 @@ class SqlCapabilityRepository:
         where: list[sa.ColumnElement[bool]] = [
             visible_to(scope),
             r.record_type == query.record_type,
+            r.archived_at.is_not(None) if query.archived else ACTIVE,
         ]
         if query.like_pattern is not None:
             where.append(r.display_name.like(query.like_pattern, escape=LIKE_ESCAPE))
@@ -372,7 +338,7 @@ class SqlCapabilityRepository:
             .limit(query.limit)
             .offset(query.offset)
         )
-        items = [_record(row) for row in await self.conn.execute(page_query)]
+        items = [record_of(row) for row in await self.conn.execute(page_query)]
         return Page(items=items, total=total)
 
     async def count_by_type(self, scope: Scope) -> dict[str, int]:
@@ -383,7 +349,7 @@ class SqlCapabilityRepository:
             (r.named.is_(True), "named"),
             else_="unnamed",
         ).label("kind")
-        query = sa.select(kind, sa.func.count()).where(visible_to(scope)).group_by(kind)
+        query = sa.select(kind, sa.func.count()).where(visible_to(scope), ACTIVE).group_by(kind)
         counts = {"named": 0, "unnamed": 0, "mcp_servers": 0}
         for row in await self.conn.execute(query):
             counts[str(row[0])] = int(row[1])

@@ -6,6 +6,7 @@ migrated database with this metadata, so the two cannot drift apart.
     capability_records   one row per capability or MCP server (FQDN is the primary key)
     capability_aliases   old display names -> FQDN (aliases point at FQDNs: no chains)
     capability_versions  append-only code history (UPDATE is refused by a trigger)
+    capability_version_tags  a semantic tag per version (immutable once set)
     capability_tags      one row per (record, tag): an index for the ``tags`` filter
     tool_schema          the upstream tool catalog, with a hash per definition
     tool_usage           one row per tool call
@@ -20,6 +21,8 @@ migrated database with this metadata, so the two cannot drift apart.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -37,6 +40,12 @@ metadata = sa.MetaData(
 
 NAME = sa.String(64)
 SCOPE_PART = sa.String(64)
+
+# Names, tool names and code are unique among the active records of a scope only.
+ACTIVE_ONLY: dict[str, Any] = {
+    "sqlite_where": sa.text("archived_at IS NULL"),
+    "postgresql_where": sa.text("archived_at IS NULL"),
+}
 
 capability_records = sa.Table(
     "capability_records",
@@ -76,13 +85,21 @@ capability_records = sa.Table(
     sa.Column("success_count", sa.BigInteger(), nullable=False, server_default="0"),
     sa.Column("total_latency_ms", sa.Float(), nullable=False, server_default="0"),
     sa.Column("last_used_at", UtcDateTime(), nullable=True),
+    # An archived record keeps its FQDN and history, frees its names (its aliases wait here)
+    sa.Column("archived_at", UtcDateTime(), nullable=True),
+    sa.Column("archived_by", sa.String(128), nullable=True),
+    sa.Column("archived_aliases", JsonValue(), nullable=True),
+    sa.Column("deprecated_at", UtcDateTime(), nullable=True),
+    sa.Column("deprecated_by", sa.String(128), nullable=True),
+    sa.Column("deprecation_message", sa.Text(), nullable=True),
+    sa.Column("replaced_by", sa.String(400), nullable=True),  # the replacement's FQDN
     sa.CheckConstraint("record_type IN ('capability', 'mcp-server')", name="record_type"),
     sa.CheckConstraint("visibility IN ('private', 'project', 'org', 'public')", name="visibility"),
     sa.CheckConstraint("routing IN ('local', 'cloud')", name="routing"),
     sa.Index(None, "org", "project"),
-    sa.Index(None, "org", "project", "display_name", unique=True),
-    sa.Index(None, "org", "project", "tool_name", unique=True),
-    sa.Index(None, "org", "project", "code_hash", unique=True),
+    sa.Index(None, "org", "project", "display_name", unique=True, **ACTIVE_ONLY),
+    sa.Index(None, "org", "project", "tool_name", unique=True, **ACTIVE_ONLY),
+    sa.Index(None, "org", "project", "code_hash", unique=True, **ACTIVE_ONLY),
     sa.Index(None, "display_name"),
     sa.Index(None, "namespace"),
     sa.Index(None, "created_by"),
@@ -129,6 +146,22 @@ capability_versions = sa.Table(
     sa.Column("updated_by", sa.String(128), nullable=False),
     sa.Column("updated_at", UtcDateTime(), nullable=False),
     sa.Column("change_summary", sa.Text(), nullable=True),
+    sa.UniqueConstraint("capability_fqdn", "version"),
+)
+
+capability_version_tags = sa.Table(
+    "capability_version_tags",
+    metadata,
+    sa.Column(
+        "capability_fqdn",
+        sa.String(400),
+        sa.ForeignKey("capability_records.fqdn", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("tag", sa.String(64), primary_key=True),
+    sa.Column("version", sa.Integer(), nullable=False),
+    sa.Column("created_by", sa.String(128), nullable=False),
+    sa.Column("created_at", UtcDateTime(), nullable=False),
     sa.UniqueConstraint("capability_fqdn", "version"),
 )
 
