@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from pml.cli import cap_routing_cmd
 from pml.cli.common import ConfigOption, JsonOption, load_cli_settings, print_json, run_command
 from pml.cli.runtime import open_registry
 from pml.errors import InvalidInput
@@ -273,4 +274,5 @@ def register(app: typer.Typer) -> None:
             )
             raise typer.Exit(code=1)
 
+    cap_routing_cmd.register(group)
     app.add_typer(group, name="cap")

@@ -50,6 +50,7 @@ from pml.gateway.stdio import claim_stdio, serve_on_pipes
 from pml.gateway.tools import Executor, GatewayTools
 from pml.gateway.watch import ToolListWatcher
 from pml.llm import open_llm
+from pml.registry.routing_sync import routing_at_start
 from pml.registry.scope import Principal, Scope
 from pml.registry.service import CapabilityRegistry
 from pml.registry.tools import CapTools
@@ -222,6 +223,7 @@ async def open_gateway(
             await upstream.start()
             default_scope = scope_of(settings)
             await register_servers(registry, settings, default_scope)
+            await routing_at_start(db, settings)  # stored routing follows [routing]
             discovery = open_discovery(settings, db, upstream)
             registry.on_change(discovery.capability_changed)
             async with (
