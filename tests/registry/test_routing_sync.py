@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,23 @@ async def test_a_check_reports_the_change_but_stores_and_announces_nothing(
     assert [(c.fqdn, c.stored, c.derived) for c in changes] == [(record.fqdn, "cloud", "local")]
     assert await _routing(db, record.fqdn) == "cloud"
     assert heard.changes == []
+
+
+async def test_an_archived_capability_keeps_its_stored_routing(db: Database, scope: Scope) -> None:
+    registry = CapabilityRegistry(db, routing=SEARCH_IS_CLOUD)
+    archived = await _capture(registry, scope, "mcp.search.query(q='a')", ["search:query"])
+    active = await _capture(registry, scope, "mcp.search.query(q='b')", ["search:query"])
+    async with db.transaction() as conn:
+        await conn.execute(
+            capability_records.update()
+            .where(capability_records.c.fqdn == archived.fqdn)
+            .values(archived_at=datetime.now(UTC))
+        )
+
+    changes = await sync_routing(db, NOTHING_IS_CLOUD)
+
+    assert [c.fqdn for c in changes] == [active.fqdn]
+    assert await _routing(db, archived.fqdn) == "cloud"
 
 
 async def test_mcp_server_records_are_not_capabilities_and_keep_their_routing(

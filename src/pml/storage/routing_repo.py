@@ -22,6 +22,7 @@ from typing import Any, Final, cast
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from pml.storage.capability_queries import ACTIVE
 from pml.storage.tables import capability_records as records
 
 # Keeps every IN list far below SQLite's and PostgreSQL's parameter limits.
@@ -30,21 +31,13 @@ CHUNK: Final = 500
 _c = records.c
 
 
-def _active() -> sa.ColumnElement[bool]:
-    """Not archived. ``archived_at`` arrives with migration 0011; until the table declares
-    it, every record is active."""
-    if "archived_at" in _c:
-        return _c["archived_at"].is_(None)
-    return sa.true()
-
-
 def derivable() -> sa.ColumnElement[bool]:
     """The records whose routing follows ``[routing]``: capabilities with no override,
     not archived."""
     return sa.and_(
         _c.record_type == "capability",
         _c.routing_override.is_(None),
-        _active(),
+        ACTIVE,
     )
 
 
