@@ -15,6 +15,7 @@ import math
 import re
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import datetime
 from typing import cast
 
@@ -23,7 +24,7 @@ from sqlalchemy.exc import IntegrityError
 from pml.analysis.code_hash import normalized_code_hash
 from pml.errors import InvalidInput, NameTaken, NotFound, PermissionDenied
 from pml.registry.fqdn import fqdn_candidates, message_value
-from pml.registry.models import CapabilityRecord
+from pml.registry.models import CapabilityDraft, CapabilityRecord
 from pml.registry.names import (
     auto_display_name,
     split_display_name,
@@ -290,3 +291,16 @@ async def check_name_before_run(db: Database, scope: Scope, name: object, code_h
         # The tool name depends on the namespace capture picks; capture checks it then.
         await ensure_name_free(repo, scope, valid, valid, owner=owner)
     return valid
+
+
+def checked_draft(draft: CapabilityDraft) -> CapabilityDraft:
+    """The draft with its free-form fields checked (``INVALID_INPUT`` naming the field)."""
+    if not isinstance(draft.parameters_schema, dict):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise InvalidInput("parameters_schema must be a JSON object", field="parameters_schema")
+    description = draft.description
+    return replace(
+        draft,
+        intent=check_intent(draft.intent),
+        description=check_description(description) if description is not None else None,
+        tools_used=check_tools_used(draft.tools_used),
+    )

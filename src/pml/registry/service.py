@@ -171,13 +171,13 @@ class CapabilityRegistry:
     ) -> CaptureResult:
         """Record a successful run: the same normalised code in a scope is one capability."""
         code_hash = naming.check_code_hash(draft.code, draft.code_hash)
-        draft = _checked(draft)
+        draft = naming.checked_draft(draft)
         latency_ms = naming.check_latency(latency_ms)
         name = validate_name(draft.name) if draft.name is not None else None
         tags = naming.check_tags(draft.tags)
         visibility = check_visibility(draft.visibility)
         now = self._clock()
-        async with self._write(scope) as repo:
+        async with self.write(scope) as repo:
             existing = await repo.find_by_code_hash(scope.org, scope.project, code_hash)
             if existing is not None:
                 await repo.record_usage(existing.fqdn, success=True, latency_ms=latency_ms, at=now)
@@ -203,12 +203,14 @@ class CapabilityRegistry:
                 await repo.insert_version(
                     version_of(record, change_summary=draft.change_summary or "created")
                 )
+                if record.version_tag is not None:
+                    await repo.insert_version_tag(record, record.version_tag)
                 result = CaptureResult(record=record, created=True)
         if named_now:
-            await self._changed(scope, result.record.fqdn, "named")
+            await self.announce(scope, result.record.fqdn, "named")
         elif result.created:
             # unnamed: no tool list changes, but discovery and curation follow it
-            await self._changed(scope, result.record.fqdn, UNNAMED_CAPTURE)
+            await self.announce(scope, result.record.fqdn, UNNAMED_CAPTURE)
         return result
 
     async def update_code(
@@ -216,10 +218,10 @@ class CapabilityRegistry:
     ) -> CapabilityRecord:
         """A new version of an existing capability (same FQDN, version + 1, history kept)."""
         code_hash = naming.check_code_hash(draft.code, draft.code_hash)
-        draft = _checked(draft)
+        draft = naming.checked_draft(draft)
         tag = check_version_tag(draft.version_tag)
         now = self._clock()
-        async with self._write(scope) as repo:
+        async with self.write(scope) as repo:
             record = await naming.owned(repo, scope, without_spec(ref, "update"))
             if code_hash == record.code_hash:
                 return record
@@ -232,7 +234,10 @@ class CapabilityRegistry:
             if tag is not None and any(
                 v.version_tag == tag for v in await repo.versions_of(record.fqdn)
             ):
-                raise InvalidInput(f"Version tag {tag} already exists for {record.display_name}")
+                raise InvalidInput(
+                    f"Version tag {tag} already exists for {record.display_name}",
+                    field="version_tag",
+                )
             tools = list(draft.tools_used)
             updated = replace(
                 record,
@@ -254,7 +259,9 @@ class CapabilityRegistry:
                 **{k: getattr(updated, k) for k in naming.VERSIONED_FIELDS},
             )
             await repo.insert_version(version_of(updated, change_summary=summary))
-        await self._changed(scope, updated.fqdn, "versioned")
+            if tag is not None:
+                await repo.insert_version_tag(updated, tag)
+        await self.announce(scope, updated.fqdn, "versioned")
         return updated
 
     async def rename(self, scope: Scope, ref: object, changes: RenameChanges) -> CapabilityRecord:
@@ -270,7 +277,7 @@ class CapabilityRegistry:
         if changes.routing is not None:
             values["routing"] = values["routing_override"] = naming.check_routing(changes.routing)
         now = self._clock()
-        async with self._write(scope) as repo:
+        async with self.write(scope) as repo:
             record = await naming.owned(repo, scope, without_spec(ref, "cap_rename"))
             if new_name is not None and new_name != record.display_name:
                 if record.record_type == "mcp-server":
@@ -282,13 +289,10 @@ class CapabilityRegistry:
                 )
             updated = await repo.get(record.fqdn)
             assert updated is not None
-        await self._changed(scope, updated.fqdn, "renamed")
-        if self.auditor is not None:
-            details = {"capability": updated.fqdn, "from": record.display_name}
-            details |= {"to": updated.display_name, "changed": sorted(values)}
-            self.auditor.emit(
-                "CAPABILITY_RENAMED", scope=scope, details=details, decided_by=f"user:{scope.user}"
-            )
+        await self.announce(scope, updated.fqdn, "renamed")
+        details = {"capability": updated.fqdn, "from": record.display_name}
+        details |= {"to": updated.display_name, "changed": sorted(values)}
+        self.audit("CAPABILITY_RENAMED", scope, details)
         return updated
 
     async def record_usage(self, fqdn: str, *, success: bool, latency_ms: float) -> None:
@@ -311,16 +315,28 @@ class CapabilityRegistry:
     ) -> CaptureResult:
         """Record an upstream server as ``mcp:<name>``; a changed command is a new version."""
         server = ServerRegistration(name, code_url, routing, visibility, description)
-        async with self._write(scope) as repo:
+        async with self.write(scope) as repo:
             return await register_server(repo, scope, server, self._clock())
 
     # -- helpers -------------------------------------------------------------------------
 
-    async def _changed(self, scope: Scope, fqdn: str, kind: str) -> None:
+    async def announce(self, scope: Scope, fqdn: str, kind: str) -> None:
+        """Tell listeners here and in other processes that a capability of ``scope`` changed."""
         await self._changes.announce(scope.org, scope.project, fqdn, kind)
 
-    def _write(self, scope: Scope) -> AbstractAsyncContextManager[SqlCapabilityRepository]:
+    def write(self, scope: Scope) -> AbstractAsyncContextManager[SqlCapabilityRepository]:
+        """A write transaction holding ``scope``'s name lock."""
         return naming.scoped_write(self._db, scope)
+
+    def now(self) -> datetime:
+        """The registry's clock."""
+        return self._clock()
+
+    def audit(self, event: str, scope: Scope, details: dict[str, Any]) -> None:
+        """Audit a change a person (or key) of ``scope`` made, when an auditor is attached."""
+        if self.auditor is not None:
+            decided_by = f"user:{scope.user}"
+            self.auditor.emit(event, scope=scope, details=details, decided_by=decided_by)
 
     async def _new_record(
         self,
@@ -381,16 +397,3 @@ class CapabilityRegistry:
             explicit=explicit,
             capability_routing=capability_routing,
         )
-
-
-def _checked(draft: CapabilityDraft) -> CapabilityDraft:
-    """The draft with its free-form fields checked (``INVALID_INPUT`` naming the field)."""
-    if not isinstance(draft.parameters_schema, dict):  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise InvalidInput("parameters_schema must be a JSON object", field="parameters_schema")
-    description = draft.description
-    return replace(
-        draft,
-        intent=naming.check_intent(draft.intent),
-        description=naming.check_description(description) if description is not None else None,
-        tools_used=naming.check_tools_used(draft.tools_used),
-    )

@@ -232,6 +232,18 @@ class SqlCapabilityRepository:
         values = {name: getattr(version, name) for name in VersionRecord.__slots__}  # type: ignore[attr-defined]
         await self.conn.execute(versions.insert().values(values))
 
+    async def insert_version_tag(self, record: CapabilityRecord, tag: str) -> None:
+        """Record the tag given with ``record``'s current version (immutable once set)."""
+        await self.conn.execute(
+            version_tags.insert().values(
+                capability_fqdn=record.fqdn,
+                version=record.version,
+                tag=tag,
+                created_by=record.updated_by,
+                created_at=record.updated_at,
+            )
+        )
+
     async def versions_of(self, fqdn: str) -> list[VersionRecord]:
         """Every version of a record, oldest first."""
         tagged = sa.and_(
