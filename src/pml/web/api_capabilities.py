@@ -4,6 +4,7 @@
     GET /api/capabilities?pattern=fs:*&tags=io,json&sort_by=name&limit=20
     200 {"items": [{"fqdn", "display_name", "tags", "visibility", "usage_count", ...}, ...],
          "total": 42}                             # the same JSON as cap_list {...}
+    GET /api/capabilities?archived=true           # the archived ones instead (cap_list's)
     GET /api/capabilities/acme.webapp.fs.read_json.a7f3
     200 {"fqdn": ..., "code": ..., "aliases": [...], "version_count": 2, "tool_usage": ...}
     404 {"error": {"code": "NOT_FOUND", "message": "Capability not found: acme.webapp..."}}
@@ -38,7 +39,7 @@ from pml.web.auth import SCOPE_STATE_KEY
 logger = logging.getLogger(__name__)
 
 TEXTS = ("pattern", "created_by", "visibility", "sort_by", "order")
-BOOLEANS = ("named_only", "unnamed_only")
+BOOLEANS = ("named_only", "unnamed_only", "archived")
 NUMBERS = ("limit", "offset")
 PARAMETERS = frozenset((*TEXTS, *BOOLEANS, *NUMBERS, "tags"))
 BOOLEAN_VALUES = {"true": True, "1": True, "false": False, "0": False}
@@ -46,8 +47,13 @@ MAX_VALUE_LENGTH = 256
 MAX_TAGS = 32
 STATUS_OF_ERROR = {
     "INVALID_INPUT": 400,
+    "INVALID_NAME": 400,
     "UNAUTHORIZED": 401,
+    "FORBIDDEN": 403,  # the key's role may not do this (purge needs an admin key)
+    "PERMISSION_DENIED": 403,  # visible, but owned by another project
     "NOT_FOUND": 404,
+    "VERSION_NOT_FOUND": 404,
+    "NAME_TAKEN": 409,
     "STORAGE_ERROR": 503,  # the database is down or refused: not the caller's fault
 }
 _DIGITS = re.compile(r"[0-9]{1,19}")
@@ -132,14 +138,14 @@ def parse_list_query(params: QueryParams) -> dict[str, Any]:
     return arguments
 
 
-def _scope_of(request: Request) -> Scope:
+def scope_of(request: Request) -> Scope:
     scope = getattr(request.state, SCOPE_STATE_KEY, None)
     if not isinstance(scope, Scope):  # the middleware puts it there; never serve without
         raise Unauthorized("Missing API key")
     return scope
 
 
-async def _answer(
+async def answer(
     request: Request, what: str, run: Callable[[], Awaitable[dict[str, Any]]]
 ) -> Response:
     """``run()``'s JSON, or its error with the HTTP status of its code."""
@@ -161,14 +167,14 @@ def capabilities_routes(registry: CapabilityRegistry) -> list[Route]:
 
     async def list_capabilities(request: Request) -> Response:
         async def run() -> dict[str, Any]:
-            scope = _scope_of(request)
+            scope = scope_of(request)
             return await tools.list(scope, parse_list_query(request.query_params))
 
-        return await _answer(request, "/api/capabilities", run)
+        return await answer(request, "/api/capabilities", run)
 
     async def whois(request: Request) -> Response:
         async def run() -> dict[str, Any]:
-            scope = _scope_of(request)
+            scope = scope_of(request)
             extra = sorted(request.query_params.keys())
             if extra:
                 raise InvalidInput(
@@ -177,7 +183,7 @@ def capabilities_routes(registry: CapabilityRegistry) -> list[Route]:
                 )
             return await tools.whois(scope, {"fqdn": request.path_params["fqdn"]})
 
-        return await _answer(request, "/api/capabilities/{fqdn}", run)
+        return await answer(request, "/api/capabilities/{fqdn}", run)
 
     return [
         Route("/api/capabilities", list_capabilities, methods=["GET"]),

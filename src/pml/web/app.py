@@ -14,6 +14,7 @@ from starlette.routing import BaseRoute
 from pml.web.api_approvals import approvals_routes
 from pml.web.api_audit import audit_route
 from pml.web.api_capabilities import capabilities_routes
+from pml.web.api_lifecycle import lifecycle_routes
 from pml.web.api_traces import traces_route
 from pml.web.auth import SCOPE_STATE_KEY
 from pml.web.dashboard import dashboard_routes
@@ -23,11 +24,12 @@ from pml.web.services import WebServices
 
 
 def api_routes(services: WebServices) -> list[BaseRoute]:
-    """``/api/*``: audit, approvals, capabilities and (in a gateway) traces."""
+    """``/api/*``: audit, approvals, capabilities (and their lifecycle), traces (in a gateway)."""
     routes: list[BaseRoute] = [
         audit_route(services.db),
         *approvals_routes(services.desk),
         *capabilities_routes(services.registry),
+        *lifecycle_routes(services),
     ]
     if services.traces is not None:
         routes.append(traces_route(services.traces, SCOPE_STATE_KEY))
