@@ -1,4 +1,5 @@
-"""``pml cap list|lookup|whois|rename|history|curate``: the ``cap_*`` tools on the command line.
+"""``pml cap list|lookup|whois|rename|history|curate``: the ``cap_*`` tools on the command line
+(the lifecycle verbs are in ``cap_lifecycle_cmd``, routing in ``cap_routing_cmd``).
 
 Each verb builds the same arguments an agent would send and calls the same tool, so the
 fields, filters and errors are those of SPEC §6.5; ``--json`` prints the tool's JSON::
@@ -19,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from pml.cli import cap_routing_cmd
+from pml.cli import cap_bundle_cmd, cap_lifecycle_cmd, cap_routing_cmd
 from pml.cli.common import ConfigOption, JsonOption, load_cli_settings, print_json, run_command
 from pml.cli.runtime import open_registry
 from pml.errors import InvalidInput
@@ -81,11 +82,15 @@ def register(app: typer.Typer) -> None:
         order: Annotated[str | None, typer.Option(help="asc or desc.")] = None,
         limit: Annotated[int, typer.Option(help="At most 500.")] = 50,
         offset: int = 0,
+        archived: Annotated[
+            bool, typer.Option("--archived", help="The archived capabilities instead.")
+        ] = False,
         config: ConfigOption = None,
         as_json: JsonOption = False,
     ) -> None:
         """List the capabilities visible in your scope."""
         arguments: dict[str, Any] = {
+            "archived": archived,
             "named_only": named_only,
             "unnamed_only": unnamed_only,
             "sort_by": sort,
@@ -136,6 +141,8 @@ def register(app: typer.Typer) -> None:
         alias = result.get("deprecatedAlias")
         if alias:
             typer.echo(f"warning: {alias['message']}", err=True)
+        if result.get("deprecated"):
+            typer.echo(f"warning: {result['deprecated']}", err=True)
         _print_fields(
             result,
             [
@@ -275,4 +282,6 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(code=1)
 
     cap_routing_cmd.register(group)
+    cap_bundle_cmd.register(group)
+    cap_lifecycle_cmd.register(group)
     app.add_typer(group, name="cap")

@@ -39,6 +39,8 @@ VECTOR_WEIGHT: Final = 0.7
 LEXICAL_WEIGHT: Final = 0.3
 USAGE_PRIOR: Final = 0.015
 SUCCESS_PRIOR: Final = 0.03
+# a deprecated capability's malus: it still answers, after what replaces it
+DEPRECATED_PENALTY: Final = 0.15
 USAGE_SATURATION: Final = 1000
 # with kind "all", each kind keeps half the places for rows scoring at least this share of
 # the best score
@@ -68,6 +70,7 @@ class Entry:
     created_by: str = ""
     usage_count: int = 0
     success_count: int = 0
+    deprecated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +97,11 @@ def prior(usage_count: int, success_count: int) -> float:
     usage = min(math.log1p(usage_count) / math.log1p(USAGE_SATURATION), 1.0)
     success = (success_count + 1) / (usage_count + 2)
     return USAGE_PRIOR * usage + SUCCESS_PRIOR * (2 * success - 1)
+
+
+def _prior_of(entry: Entry) -> float:
+    bonus = prior(entry.usage_count, entry.success_count)
+    return bonus - DEPRECATED_PENALTY if entry.deprecated else bonus
 
 
 class _Codes:
@@ -167,7 +175,7 @@ class HybridIndex:
         if (entry.usage_count, entry.success_count) != (usage_count, success_count):
             entry = replace(entry, usage_count=usage_count, success_count=success_count)
             self._entries[row] = entry
-            self._prior[row] = prior(usage_count, success_count)
+            self._prior[row] = _prior_of(entry)
 
     def remove(self, key: str) -> None:
         """Drop ``key`` (nothing happens if it is not there)."""
@@ -282,7 +290,7 @@ class HybridIndex:
         self._org[row] = self._codes.code(entry.org)
         self._project[row] = self._codes.code(entry.project)
         self._creator[row] = self._codes.code(entry.created_by)
-        self._prior[row] = prior(entry.usage_count, entry.success_count)
+        self._prior[row] = _prior_of(entry)
 
     def _visible(self, scope: Scope, size: int, kind: KindFilter) -> npt.NDArray[np.bool_]:
         visibility = self._visibility[:size]

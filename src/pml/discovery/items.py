@@ -106,8 +106,26 @@ def capability_item(row: CapabilityRow) -> Item:
         created_by=row.created_by,
         usage_count=row.usage_count,
         success_count=row.success_count,
+        deprecated=row.deprecation is not None,
     )
     return Item(entry, embed_text, index_text)
+
+
+def below_replacements(hits: list[Hit]) -> list[Hit]:
+    """``hits`` with each deprecated capability placed after its replacement when both are
+    found (the score malus alone could leave a much better-matching one above it)."""
+    order = [hit.entry.key for hit in hits]
+    for hit in hits:
+        payload = hit.entry.payload
+        if not isinstance(payload, CapabilityRow) or payload.deprecation is None:
+            continue
+        replacement = payload.deprecation.get("replacedBy")
+        key = capability_key(replacement) if replacement else None
+        if key in order and order.index(key) > order.index(hit.entry.key):
+            order.remove(hit.entry.key)
+            order.insert(order.index(key) + 1, hit.entry.key)
+    by_key = {hit.entry.key: hit for hit in hits}
+    return [by_key[key] for key in order]
 
 
 def render(hit: Hit, *, routing: str) -> dict[str, Any]:
@@ -143,4 +161,4 @@ def render(hit: Hit, *, routing: str) -> dict[str, Any]:
         result["toolName"] = row.tool_name
     if row.intent:
         result["intent"] = row.intent
-    return result
+    return result | (row.deprecation or {})

@@ -33,7 +33,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from pml.discovery.base import KindFilter
 from pml.discovery.embedder import Embedder
 from pml.discovery.index import Hit, HybridIndex, Vector
-from pml.discovery.items import Item, capability_item, capability_key, render, tool_item
+from pml.discovery.items import (
+    Item,
+    below_replacements,
+    capability_item,
+    capability_key,
+    render,
+    tool_item,
+)
 from pml.discovery.text import terms
 from pml.errors import PmlError
 from pml.registry.changes import CapabilityChange
@@ -156,9 +163,11 @@ class DiscoveryService:
             vector, terms(intent), scope, kind=kind, limit=wanted, min_score=min_score
         )
         if policy is None:
-            return hits
+            return below_replacements(hits)
         request = await policy.begin(scope, intent, source="pml_discover")
-        return [hit for hit in hits if not _hidden(policy, request, hit)][:limit]
+        return below_replacements(
+            [hit for hit in hits if not _hidden(policy, request, hit)][:limit]
+        )
 
     async def refresh(self, *, force: bool = False) -> None:
         """Bring the index up to date if it may be stale (see module)."""
@@ -235,11 +244,14 @@ class DiscoveryService:
             self._changed |= changed  # read them next time
             raise
         if full:
-            present = {capability_key(row.fqdn) for row in rows}
+            present = {capability_key(row.fqdn) for row in rows if not row.archived}
             for key in list(self._index.keys()):
                 if key.startswith("capability:") and key not in present:
                     self._forget(key)
-        items.extend(capability_item(row) for row in rows)
+        # archived (or purged: changed, and no row any more) capabilities leave the index
+        for fqdn in {row.fqdn for row in rows if row.archived} | (changed - {r.fqdn for r in rows}):
+            self._forget(capability_key(fqdn))
+        items.extend(capability_item(row) for row in rows if not row.archived)
         if rows:
             latest = max(row.updated_at for row in rows)
             self._watermark = latest if self._watermark is None else max(latest, self._watermark)

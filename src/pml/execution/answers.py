@@ -15,6 +15,7 @@ from pml.config import SandboxSettings
 from pml.errors import ExecutionFailed, PmlError
 from pml.execution.caller import Budget
 from pml.gateway.schemas import ExecuteParams
+from pml.registry.models import CapabilityRecord
 from pml.sandbox.base import RunOutcome
 
 ANALYSIS_CACHE_SIZE = 128
@@ -71,8 +72,9 @@ def success_answer(
     routing: str,
     ms: float,
 ) -> dict[str, Any]:
-    """The SPEC §5 success answer; ``ms``: the run's duration in milliseconds."""
-    return {
+    """The SPEC §5 success answer; ``ms``: the run's duration in milliseconds (with the
+    ``deprecated``/``replacedBy`` warning of a deprecated capability)."""
+    answer: dict[str, Any] = {
         "status": "success",
         "result": outcome.value,
         "logs": list(outcome.logs),
@@ -84,3 +86,6 @@ def success_answer(
         "routing": routing,
         "executionTimeMs": round(ms, 3),
     }
+    if isinstance(capability, CapabilityRecord) and capability.deprecation is not None:
+        answer |= capability.deprecation
+    return answer

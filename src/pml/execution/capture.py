@@ -63,7 +63,9 @@ class RunReport:
             workflow_id=self.workflow_id,
         )
 
-    def draft(self, name: str | None, routing: Routing | None) -> CapabilityDraft:
+    def draft(
+        self, name: str | None, routing: Routing | None, version_tag: str | None = None
+    ) -> CapabilityDraft:
         return CapabilityDraft(
             code=code_to_store(self.analysis, self.plan.capability_fqdns),
             code_hash=self.analysis.code_hash,
@@ -72,6 +74,7 @@ class RunReport:
             parameters_schema=self.analysis.parameters_schema,
             name=name,
             routing=routing,
+            version_tag=version_tag,
         )
 
 
@@ -111,10 +114,18 @@ class CaptureService:
         return result.record, result.created
 
     async def new_version(
-        self, report: RunReport, name: str, routing: Routing | None, *, record_trace: bool = True
+        self,
+        report: RunReport,
+        name: str,
+        routing: Routing | None,
+        *,
+        record_trace: bool = True,
+        version_tag: str | None = None,
     ) -> CapabilityRecord:
-        """``update: true``: the run's code becomes the next version of ``name``."""
-        record = await self._registry.update_code(report.scope, name, report.draft(None, routing))
+        """``update: true``: the run's code becomes the next version of ``name`` (tagged
+        ``version_tag`` when given)."""
+        draft = report.draft(None, routing, version_tag)
+        record = await self._registry.update_code(report.scope, name, draft)
         self._recorder.count(record.fqdn, success=True, latency_ms=report.duration_ms)
         if record_trace:
             self._recorder.trace(report.trace_row(record.fqdn))

@@ -56,6 +56,7 @@ class LearningContext:
     update: bool = False
     routing: str | None = None
     capability: str | None = None
+    version_tag: str | None = None
 
     @property
     def plan(self) -> Plan:
@@ -77,6 +78,7 @@ class LearningContext:
             name=params.name,
             update=params.update,
             routing=params.routing,
+            version_tag=params.version_tag,
         )
 
     def to_state(self) -> dict[str, Any]:
@@ -96,6 +98,7 @@ class LearningContext:
             "update": self.update,
             "routing": self.routing,
             "capability": self.capability,
+            "versionTag": self.version_tag,
         }
 
     @classmethod
@@ -126,6 +129,7 @@ class LearningContext:
                 update=state.get("update") is True,
                 routing=_optional(state.get("routing")),
                 capability=_optional(state.get("capability")),
+                version_tag=_optional(state.get("versionTag")),
             )
         except (KeyError, IndexError, TypeError):
             return None

@@ -50,6 +50,7 @@ class FinishedRun:
     name: str | None = None
     routing: Routing | None = None
     update: bool = False
+    version_tag: str | None = None
     # By name: the capability that ran (its own usage is counted).
     capability_fqdn: str | None = None
     # Set by the capture hook.
@@ -116,7 +117,9 @@ class CaptureHook:
             return
         if run.update:
             assert run.name is not None
-            run.captured = await self._capture.new_version(report, run.name, run.routing)
+            run.captured = await self._capture.new_version(
+                report, run.name, run.routing, version_tag=run.version_tag
+            )
             event = "CAPABILITY_VERSIONED"
         else:
             run.captured, run.created = await self._capture.capture(report, run.name, run.routing)

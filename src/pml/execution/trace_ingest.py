@@ -260,7 +260,11 @@ class TraceIngest:
             routing = "cloud" if context.routing == "cloud" else None
             if context.update and context.name is not None:
                 record = await self._capture.new_version(
-                    report, context.name, routing, record_trace=False
+                    report,
+                    context.name,
+                    routing,
+                    record_trace=False,
+                    version_tag=context.version_tag,
                 )
                 self._forget(record.fqdn)  # its former code belongs to no capability now
                 created = False

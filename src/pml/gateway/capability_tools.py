@@ -41,8 +41,11 @@ LISTING_STATEMENT = (
         _r.intent,
         _r.parameters_schema,
         _r.version,
+        _r.deprecated_at,
+        _r.deprecation_message,
     )
     .where(
+        _r.archived_at.is_(None),
         _r.org == sa.bindparam("org", type_=sa.String()),
         _r.project == sa.bindparam("project", type_=sa.String()),
         sa.or_(
@@ -100,9 +103,14 @@ def input_schema(schema: object) -> dict[str, Any]:
     return typed
 
 
-def describe(display_name: str, description: str | None, intent: str | None) -> str:
-    """The tool description an agent reads: the capability's own words, then what it is."""
+def describe(
+    display_name: str, description: str | None, intent: str | None, deprecated: str | None = None
+) -> str:
+    """The tool description an agent reads: the capability's own words, then what it is
+    (a deprecated one says so first)."""
     text = (description or intent or "").strip()
+    if deprecated is not None:
+        text = f"DEPRECATED: {deprecated}. {text}".strip()
     suffix = f"(PML capability {display_name})"
     if not text:
         return f"Learned capability {display_name}."
@@ -164,7 +172,10 @@ class CapabilityToolCatalog:
             name = str(row.tool_name)
             if name in fqdns or not TOOL_NAME_PATTERN.fullmatch(name):
                 continue  # unique and valid by the registry's rules; a damaged row is skipped
-            description = describe(str(row.display_name), row.description, row.intent)
+            deprecated = (
+                (row.deprecation_message or "deprecated") if row.deprecated_at is not None else None
+            )
+            description = describe(str(row.display_name), row.description, row.intent, deprecated)
             schema = input_schema(row.parameters_schema)
             fqdns[name] = str(row.fqdn)
             title = str(row.display_name)

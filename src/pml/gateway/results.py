@@ -28,10 +28,14 @@ def capability_result(answer: Mapping[str, Any]) -> mcp_types.CallToolResult:
         for key in ("capabilityFqdn", "capabilityName", "logs", "executionTimeMs", "routing")
         if key in answer
     }
-    if "deprecatedAlias" in answer:
-        details["deprecatedAlias"] = answer["deprecatedAlias"]
+    for warning in ("deprecatedAlias", "deprecated", "replacedBy"):
+        if warning in answer:
+            details[warning] = answer[warning]
+    content: list[mcp_types.ContentBlock] = [mcp_types.TextContent(type="text", text=text)]
+    if "deprecated" in answer:  # said where the model reads, not only in _meta
+        content.append(mcp_types.TextContent(type="text", text=f"Warning: {answer['deprecated']}"))
     return mcp_types.CallToolResult(
-        content=[mcp_types.TextContent(type="text", text=text)],
+        content=content,
         structured_content=structured,
         is_error=False,
         _meta={CAPABILITY_META: details},

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from pml.registry.routing import Routing
 from pml.registry.tools import HistoryParams, ListParams, LookupParams, RenameParams, WhoisParams
+from pml.registry.versions import normalise_tag
 
 TEXT_MAX: Final = 10_000
 Text = Annotated[str, Field(min_length=1, max_length=TEXT_MAX)]
@@ -52,6 +53,7 @@ class ExecuteParams(_Params):
     args: dict[str, Any] | None = None
     name: StoredText | None = None
     update: bool = False
+    version_tag: Annotated[str, Field(max_length=64)] | None = None
     routing: Routing | None = None
     options: ExecuteOptions | None = None
     continue_workflow: ContinueWorkflow | None = None
@@ -67,6 +69,11 @@ class ExecuteParams(_Params):
     def _one_mode(self) -> Self:
         if self.code is not None and self.capability is not None:
             raise ValueError("give at most one of 'code' and 'capability'")
+        if self.version_tag is not None:
+            if not self.update:
+                raise ValueError("version_tag tags a new version: it needs update: true")
+            if normalise_tag(self.version_tag) is None:
+                raise ValueError("version_tag must be a semantic version such as v1.2.0")
         return self
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pml.errors import InvalidInput, NameTaken, NotFound
+from pml.errors import InvalidInput, NameTaken, NotFound, VersionNotFound
 from pml.registry import naming
 from pml.registry.fqdn import message_value
 from pml.registry.models import CapabilityRecord, VersionRecord
@@ -159,6 +159,10 @@ class CapabilityLifecycle:
                 replacement = found[0]
                 if replacement.fqdn == record.fqdn:
                     raise InvalidInput("A capability cannot replace itself", field="replaced_by")
+            if text is None and not undo:
+                text = f"Capability '{record.display_name}' is deprecated"
+                if replacement is not None:
+                    text += f": use '{replacement.display_name}' ({replacement.fqdn}) instead"
             values = {
                 "deprecated_at": None if undo else now,
                 "deprecated_by": None if undo else scope.user,
@@ -175,7 +179,8 @@ class CapabilityLifecycle:
         return updated
 
     async def tag(self, scope: Scope, ref: object, tag: object) -> VersionRecord:
-        """Give the version ``ref`` names (``name``, ``name@v3``) the semantic tag ``tag``."""
+        """Give the version ``ref`` names (``name``: the current one, ``name@v3``: version 3,
+        or any other specifier) the semantic tag ``tag``."""
         normalised = check_version_tag(tag)
         if normalised is None:
             raise InvalidInput("A version tag is required, e.g. v1.2.0", field="tag")
@@ -184,7 +189,14 @@ class CapabilityLifecycle:
         async with self._registry.write(scope) as repo:
             record = await naming.owned(repo, scope, name)
             versions = await repo.versions_of(record.fqdn)
-            version = select_version(versions, parse_version_spec(spec, name), name)
+            parsed = parse_version_spec(spec, name)
+            if parsed.kind == "major":  # here @vN designates version N itself
+                numbered = [item for item in versions if item.version == parsed.major]
+                if not numbered:
+                    raise VersionNotFound(f"Version {parsed.raw} not found for {name}")
+                version = numbered[0]
+            else:
+                version = select_version(versions, parsed, name)
             lifecycle = SqlLifecycleRepository(repo.conn)
             holder = await lifecycle.tag_owner(record.fqdn, normalised)
             if holder is not None:

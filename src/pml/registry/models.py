@@ -75,11 +75,16 @@ class CapabilityRecord:
         return self.archived_at is not None
 
     @property
-    def deprecation(self) -> str | None:
-        """The ``deprecated`` warning every answer about this record carries, if any."""
+    def deprecation(self) -> dict[str, str] | None:
+        """``deprecated`` (the message) and ``replacedBy`` (an FQDN) for every answer about
+        a deprecated record; ``None`` when it is not deprecated."""
         if self.deprecated_at is None:
             return None
-        return self.deprecation_message or f"Capability '{self.display_name}' is deprecated."
+        message = self.deprecation_message or f"Capability '{self.display_name}' is deprecated"
+        fields = {"deprecated": message}
+        if self.replaced_by is not None:
+            fields["replacedBy"] = self.replaced_by
+        return fields
 
     @property
     def success_rate(self) -> float:

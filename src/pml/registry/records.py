@@ -27,6 +27,8 @@ def check_ref(ref: object) -> str:
         raise InvalidInput(f"name must be a string, not {type(ref).__name__}", field="name")
     if not ref.strip():
         raise InvalidInput("name must not be empty", field="name")
+    if "\x00" in ref:  # no name holds one, and PostgreSQL refuses it in text
+        raise InvalidInput("name must not contain a NUL character", field="name")
     return ref
 
 

@@ -51,6 +51,7 @@ class ListParams(_Params):
     order: Literal["asc", "desc"] | None = None
     limit: Annotated[int, Field(ge=1, le=500)] = 50
     offset: Annotated[int, Field(ge=0, le=10_000_000)] = 0
+    archived: bool = False  # the archived capabilities instead of the active ones
 
 
 class LookupParams(_Params):
@@ -141,6 +142,7 @@ class CapTools:
             descending=order == "desc",
             limit=params.limit,
             offset=params.offset,
+            archived=params.archived,
         )
         page = await self._registry.list(scope, query)
         return {"items": [summary(record) for record in page.items], "total": page.total}
@@ -170,7 +172,7 @@ class CapTools:
             result["code_url"] = version.code_url
         if resolved.deprecated_alias is not None:
             result["deprecatedAlias"] = resolved.deprecated_alias
-        return result
+        return result | (record.deprecation or {})
 
     async def whois(self, scope: Scope, arguments: object) -> dict[str, Any]:
         """The full record behind an FQDN, its aliases and its number of versions."""
@@ -186,7 +188,7 @@ class CapTools:
             "version_count": found.version_count,
             # Calls made from the caller's own org/project (tool_usage rows), never others'.
             "tool_usage": calls.to_dict() if calls is not None else None,
-        }
+        } | (found.record.deprecation or {})
 
     async def rename(self, scope: Scope, arguments: object) -> dict[str, Any]:
         """Rename and/or change metadata; returns the updated record."""

@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pml.registry.models import CapabilityRecord
 from pml.registry.scope import Scope
-from pml.storage.capability_repo import RECORD_FIELDS
+from pml.storage.capability_queries import ACTIVE, RECORD_FIELDS
 from pml.storage.tables import capability_aliases as aliases
 from pml.storage.tables import capability_records as records
 from pml.storage.tables import curation_runs as runs
@@ -104,6 +104,7 @@ class SqlCurationRepository:
         """How many unnamed capabilities of an org/project were created after ``since``."""
         r = records.c
         where = [
+            ACTIVE,
             r.org == org,
             r.project == project,
             r.record_type == "capability",
@@ -121,6 +122,7 @@ class SqlCurationRepository:
         first (at most ``limit``), and how many match in all."""
         r = records.c
         where = [
+            ACTIVE,
             r.org == scope.org,
             r.project == scope.project,
             sa.or_(r.visibility != "private", r.created_by == scope.user),
@@ -146,7 +148,9 @@ class SqlCurationRepository:
         names: dict[str, str] = {}
         tool_names: dict[str, str] = {}
         for row in await self.conn.execute(
-            sa.select(r.display_name, r.tool_name, r.fqdn).where(r.org == org, r.project == project)
+            sa.select(r.display_name, r.tool_name, r.fqdn).where(
+                ACTIVE, r.org == org, r.project == project
+            )
         ):
             names[str(row.display_name)] = str(row.fqdn)
             tool_names[str(row.tool_name)] = str(row.fqdn)
@@ -160,7 +164,9 @@ class SqlCurationRepository:
     async def fqdn_of_id(self, org: str, project: str, record_id: str) -> str | None:
         """The FQDN of the record of this org/project whose ``id`` (UUID) is ``record_id``."""
         r = records.c
-        query = sa.select(r.fqdn).where(r.org == org, r.project == project, r.id == record_id)
+        query = sa.select(r.fqdn).where(
+            ACTIVE, r.org == org, r.project == project, r.id == record_id
+        )
         return (await self.conn.execute(query)).scalars().first()
 
 

@@ -46,6 +46,10 @@ _CAPABILITY_COLUMNS = (
     records.c.usage_count,
     records.c.success_count,
     records.c.updated_at,
+    records.c.archived_at,
+    records.c.deprecated_at,
+    records.c.deprecation_message,
+    records.c.replaced_by,
 )
 
 
@@ -71,6 +75,9 @@ class CapabilityRow:
     usage_count: int
     success_count: int
     updated_at: datetime
+    archived: bool = False
+    # The ``deprecated``/``replacedBy`` warning of a deprecated capability.
+    deprecation: dict[str, str] | None = None
 
 
 class SqlDiscoveryRepository:
@@ -158,5 +165,16 @@ def _capability(data: sa.RowMapping) -> CapabilityRow:
         created_by=data["created_by"],
         usage_count=int(data["usage_count"]),
         success_count=int(data["success_count"]),
+        archived=data["archived_at"] is not None,
+        deprecation=_deprecation(data),
         updated_at=data["updated_at"],
     )
+
+
+def _deprecation(data: sa.RowMapping) -> dict[str, str] | None:
+    if data["deprecated_at"] is None:
+        return None
+    fields = {"deprecated": str(data["deprecation_message"] or "deprecated")}
+    if data["replaced_by"] is not None:
+        fields["replacedBy"] = str(data["replaced_by"])
+    return fields
