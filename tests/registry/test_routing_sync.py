@@ -221,6 +221,30 @@ async def test_a_capability_using_an_unknown_one_is_local(db: Database, scope: S
     assert await sync_routing(db, SEARCH_IS_CLOUD) == []
 
 
+async def test_references_resolve_as_their_creator_sees_them_across_tenants(
+    db: Database,
+) -> None:
+    registry = CapabilityRegistry(db, routing=SEARCH_IS_CLOUD)
+    owner, other = Scope("acme", "web", "ann"), Scope("acme", "web", "bob")
+    public = await _capture(registry, owner, "mcp.search.q(q=1)", ["search:q"], visibility="public")
+    private = await _capture(
+        registry, owner, "mcp.search.q(q=2)", ["search:q"], visibility="private"
+    )
+    abroad = await _capture(registry, Scope("globex", "ops", "cy"), "x = 1", [public.fqdn])
+    blind = await _capture(registry, other, "x = 2", [private.fqdn, "search:q"])
+    assert (abroad.routing, blind.routing) == ("cloud", "local")  # bob cannot see ann's
+
+    await sync_routing(db, SEARCH_IS_CLOUD)
+    assert await _routing(db, blind.fqdn) == "local"
+    await registry.rename(owner, private.fqdn, RenameChanges(visibility="project"))
+    changes = await sync_routing(db, NOTHING_IS_CLOUD, batch_size=1)
+
+    assert {c.fqdn for c in changes} == {public.fqdn, private.fqdn, abroad.fqdn}
+    assert await _routing(db, abroad.fqdn) == "local"
+    changes = await sync_routing(db, SEARCH_IS_CLOUD, batch_size=1)
+    assert {c.fqdn for c in changes} == {public.fqdn, private.fqdn, abroad.fqdn, blind.fqdn}
+
+
 async def _cycle(db: Database, scope: Scope) -> tuple[CapabilityRecord, CapabilityRecord]:
     """``c:one`` and ``c:two`` use each other (a new version of the first closes the loop)."""
     registry = CapabilityRegistry(db)

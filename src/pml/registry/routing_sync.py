@@ -28,12 +28,10 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Final
-
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pml.errors import InvalidInput, PmlError
 from pml.policy.model import Auditor
@@ -42,7 +40,7 @@ from pml.registry.models import RoutingRules
 from pml.registry.names import capability_tool_parts
 from pml.registry.routing import Routing, resolve_routing
 from pml.registry.scope import Scope
-from pml.storage.capability_repo import SqlCapabilityRepository
+from pml.storage.capability_repo import resolve_reference
 from pml.storage.database import Database
 from pml.storage.routing_repo import (
     RoutingRow,
@@ -50,6 +48,7 @@ from pml.storage.routing_repo import (
     routing_rows,
     routing_states,
     set_routing,
+    visible_fqdns,
 )
 from pml.storage.types import utc_now
 
@@ -65,6 +64,7 @@ BATCH: Final = 500
 # past this many in one run, the rest are found by their moved ``updated_at`` instead.
 ANNOUNCED_PER_SCOPE: Final = 100
 AUDITED_PER_SCOPE: Final = 50
+MEMO_SIZE: Final = 10_000  # tool references whose own routing a run remembers
 
 Announce = Callable[[str, str, str, str], Awaitable[None]]
 
@@ -100,15 +100,14 @@ class _Pending:
     deps: frozenset[str]
 
 
-def _is_capability_ref(ref: str) -> bool:
-    return is_fqdn(ref) or capability_tool_parts(ref) is not None
-
-
 def _scope_of(row: RoutingRow) -> Scope | None:
     try:
         return Scope(row.org, row.project, row.created_by)
     except InvalidInput:  # a damaged row: its capability references resolve to nothing
         return None
+
+
+_RefKey = tuple[str, str, str, str]  # the creator's org, project, user; the reference
 
 
 class _Run:
@@ -129,6 +128,7 @@ class _Run:
         self._announce = announce
         self._clock = clock
         self._announced: Counter[tuple[str, str]] = Counter()
+        self._own: dict[str, Routing | None] = {}
         self.changes: list[RoutingChange] = []
         self.pending: dict[str, _Pending] = {}
         self.values: dict[str, Routing] = {}  # settled routing of capabilities others use
@@ -139,7 +139,7 @@ class _Run:
         while True:
             async with self._db.read() as conn:
                 rows = await routing_page(conn, after=after, limit=batch_size)
-                derived = await self._derive(conn, rows)
+            derived = await self._derive(rows)
             await self._commit(self._settle(derived))
             if len(rows) < batch_size:
                 return
@@ -148,7 +148,7 @@ class _Run:
     async def fill(self, batch_size: int) -> None:
         """Settle every capability a pending one uses (read again: the scan kept no values)."""
         seen = set(self.pending)
-        missing = self._missing(self.pending.values(), seen)
+        missing = {dep for node in self.pending.values() for dep in node.deps} - seen
         while missing:
             seen |= missing
             wanted = sorted(missing)
@@ -157,21 +157,17 @@ class _Run:
                 chunk = wanted[start : start + batch_size]
                 async with self._db.read() as conn:
                     rows = await routing_rows(conn, chunk)
-                    derived = await self._derive(conn, rows)
                     absent = sorted(set(chunk) - {row.fqdn for row in rows})
                     states = await routing_states(conn, absent)
                 for fqdn in absent:  # no longer derivable (or gone) since it was resolved
                     state = states.get(fqdn)
                     self.values[fqdn] = "cloud" if state and state.routing == "cloud" else "local"
-                added = [
-                    _Pending(row, value) for row, value in derived if isinstance(value, frozenset)
-                ]
-                for row, value in derived:
-                    if not isinstance(value, frozenset):
+                for row, value in await self._derive(rows):
+                    if isinstance(value, frozenset):
+                        self.pending[row.fqdn] = _Pending(row, value)
+                        missing |= value - seen
+                    else:
                         self.values[row.fqdn] = value
-                for node in added:
-                    self.pending[node.row.fqdn] = node
-                missing |= self._missing(added, seen)
 
     async def solve(self, batch_size: int) -> None:
         """Decide the pending capabilities together, then store those that changed."""
@@ -198,9 +194,6 @@ class _Run:
         for start in range(0, len(changed), batch_size):
             await self._commit(changed[start : start + batch_size])
 
-    def _missing(self, nodes: Iterable[_Pending], seen: set[str]) -> set[str]:
-        return {dep for node in nodes for dep in node.deps if dep not in seen}
-
     def _settle(
         self, derived: Sequence[tuple[RoutingRow, Routing | frozenset[str]]]
     ) -> list[RoutingChange]:
@@ -213,49 +206,85 @@ class _Run:
         return changes
 
     async def _derive(
-        self, conn: AsyncConnection, rows: Sequence[RoutingRow]
+        self, rows: Sequence[RoutingRow]
     ) -> list[tuple[RoutingRow, Routing | frozenset[str]]]:
         """Each row's routing, or the derivable capabilities it waits for."""
-        repo = SqlCapabilityRepository(conn)
-        # A reference means what it meant at creation: resolved in the creator's scope.
-        targets: dict[tuple[str, str, str, str], str | None] = {}
-        for row in rows:
-            scope = _scope_of(row)
-            for ref in row.tools_used or ():
-                key = (row.org, row.project, row.created_by, str(ref))
-                if isinstance(ref, str) and _is_capability_ref(ref) and key not in targets:
-                    found = await repo.resolve_name(scope, ref) if scope else None
-                    targets[key] = found[0].fqdn if found is not None else None
-        states = await routing_states(
-            conn, sorted({fqdn for fqdn in targets.values() if fqdn is not None})
-        )
+        targets = await self._resolve(rows)
+        async with self._db.read() as conn:
+            states = await routing_states(
+                conn, sorted({fqdn for fqdn in targets.values() if fqdn is not None})
+            )
         derived: list[tuple[RoutingRow, Routing | frozenset[str]]] = []
         for row in rows:
-            if row.tools_used is None:
-                derived.append((row, "local"))  # a damaged row: the secure default
-                continue
-            tools = row.tools_used
-            known: dict[str, Routing] = {}
+            routing: Routing = "cloud"  # resolve_routing: no tools → cloud, any local → local
             deps: set[str] = set()
-            for ref in tools:
+            for ref in row.tools_used if row.tools_used is not None else (None,):
+                own = self._own_routing(ref)
+                if own is not None:
+                    routing = "local" if own == "local" else routing
+                    continue
                 target = targets.get((row.org, row.project, row.created_by, str(ref)))
                 state = states.get(target) if target is not None else None
                 if target is None or state is None:
-                    continue  # unknown: resolve_routing counts it local
-                if state.derivable:
-                    known[str(ref)] = "cloud"  # for now; the solve decides
-                    deps.add(target)
-                else:
-                    known[str(ref)] = "cloud" if state.routing == "cloud" else "local"
-            routing = resolve_routing(
-                tools,  # pyright: ignore[reportArgumentType]
-                cloud_patterns=self._rules.cloud,
-                local_patterns=self._rules.local,
-                capability_routing=known,
-            )
+                    routing = "local"  # an unknown capability counts as local
+                elif state.derivable:
+                    deps.add(target)  # cloud unless the solve finds it local
+                elif state.routing != "cloud":
+                    routing = "local"
             settled = routing == "local" or not deps
             derived.append((row, routing if settled else frozenset(deps)))
         return derived
+
+    def _own_routing(self, ref: object) -> Routing | None:
+        """What ``resolve_routing`` says of a tool reference alone; ``None`` for a
+        capability reference (its routing is the capability's). Memoised per run."""
+        if not isinstance(ref, str):
+            return "local"  # a damaged row: the secure default
+        if ref in self._own:
+            return self._own[ref]
+        # As resolve_routing tells them apart; the cheap tests first (most refs are tools).
+        capability = (ref.count(".") == 4 and is_fqdn(ref)) or (
+            ref.startswith("mcp__") and capability_tool_parts(ref) is not None
+        )
+        own: Routing | None = None
+        if not capability:
+            own = resolve_routing(
+                [ref], cloud_patterns=self._rules.cloud, local_patterns=self._rules.local
+            )
+        if len(self._own) >= MEMO_SIZE:
+            self._own.clear()
+        self._own[ref] = own
+        return own
+
+    async def _resolve(self, rows: Sequence[RoutingRow]) -> dict[_RefKey, str | None]:
+        """The FQDN each capability reference of ``rows`` designates, or ``None``.
+
+        A reference means what it meant at creation: it is resolved in its creator's scope.
+        FQDN references are read together per scope (an FQDN is never a display name, alias
+        or tool name, so it designates the active record it names if the scope sees it);
+        tool names go through the registry's own name resolution."""
+        by_fqdn: defaultdict[Scope, set[str]] = defaultdict(set)
+        targets: dict[_RefKey, str | None] = {}
+        for row in rows:
+            for ref in row.tools_used or ():
+                if not isinstance(ref, str) or self._own_routing(ref) is not None:
+                    continue
+                key = (row.org, row.project, row.created_by, ref)
+                scope = _scope_of(row)
+                if key in targets or scope is None:
+                    targets.setdefault(key, None)
+                elif is_fqdn(ref):
+                    targets[key] = None
+                    by_fqdn[scope].add(ref)
+                else:
+                    found = await resolve_reference(self._db, scope, ref)
+                    targets[key] = found[0].fqdn if found is not None else None
+        if by_fqdn:
+            async with self._db.read() as conn:
+                for scope, fqdns in by_fqdn.items():
+                    for fqdn in await visible_fqdns(conn, scope, sorted(fqdns)):
+                        targets[(scope.org, scope.project, scope.user, fqdn)] = fqdn
+        return targets
 
     async def _commit(self, changes: Sequence[RoutingChange]) -> None:
         if not self._apply or not changes:

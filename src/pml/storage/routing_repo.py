@@ -22,7 +22,8 @@ from typing import Any, Final, cast
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from pml.storage.capability_queries import ACTIVE
+from pml.registry.scope import Scope
+from pml.storage.capability_queries import ACTIVE, visible_to
 from pml.storage.tables import capability_records as records
 
 # Keeps every IN list far below SQLite's and PostgreSQL's parameter limits.
@@ -120,6 +121,17 @@ async def routing_states(conn: AsyncConnection, fqdns: Sequence[str]) -> dict[st
         for row in await conn.execute(query):
             states[row.fqdn] = RoutingState(routing=row.routing, derivable=bool(row.derivable))
     return states
+
+
+async def visible_fqdns(conn: AsyncConnection, scope: Scope, fqdns: Sequence[str]) -> set[str]:
+    """Those of ``fqdns`` naming an active record ``scope`` may see (what resolving each
+    by FQDN would find)."""
+    found: set[str] = set()
+    for start in range(0, len(fqdns), CHUNK):
+        chunk = list(fqdns[start : start + CHUNK])
+        query = sa.select(_c.fqdn).where(_c.fqdn.in_(chunk), ACTIVE, visible_to(scope))
+        found.update(row.fqdn for row in await conn.execute(query))
+    return found
 
 
 async def set_routing(
