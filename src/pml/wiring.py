@@ -7,6 +7,7 @@ registry = CapabilityRegistry(db, routing=routing_rules(settings))
 from __future__ import annotations
 
 from pml.config import Settings
+from pml.execution.registry_calls import PML_NAMESPACE
 from pml.registry.scope import Scope
 from pml.registry.service import RoutingRules
 
@@ -17,5 +18,7 @@ def scope_of(settings: Settings) -> Scope:
 
 
 def routing_rules(settings: Settings) -> RoutingRules:
-    """The ``[routing]`` patterns as the registry takes them."""
-    return RoutingRules(cloud=tuple(settings.routing.cloud), local=tuple(settings.routing.local))
+    """The ``[routing]`` patterns as the registry takes them; PML's own tools (``pml:cap_list``
+    ..., called from snippets) run in the gateway and never make code local."""
+    cloud = (*settings.routing.cloud, PML_NAMESPACE)
+    return RoutingRules(cloud=cloud, local=tuple(settings.routing.local))

@@ -7,13 +7,14 @@
 
 A call is allowed only to what the snippet names in its code (the ``Plan``): a call the
 analysis did not see (``m = mcp; m.other.tool()``, ``getattr``) is refused. Every upstream
-call then passes the policy enforcer (gate, permission rules, grants; SPEC §10) before it
-is sent — in nested capability runs too, which share the request's policy. A call the
-run's journal already holds (a run resumed after approval) is answered from the journal,
-not sent again. Every call counts against one ``Budget`` shared by nested capability runs
-(tool calls and wall time), and is traced (tool, digest of its arguments, duration,
-success) — never its values. Usage rows are written afterwards, by a post-hook, from
-``call_log``.
+call, and every call of PML's own read-only tools (``mcp.pml.<tool>``, answered by the
+plan's ``registry_tools``: see ``pml.execution.registry_calls``), then passes the policy
+enforcer (gate, permission rules, grants; SPEC §10) before it is sent — in nested
+capability runs too, which share the request's policy. A call the run's journal already
+holds (a run resumed after approval) is answered from the journal, not sent again. Every
+call counts against one ``Budget`` shared by nested capability runs (tool calls and wall
+time), and is traced (tool, digest of its arguments, duration, success) — never its
+values. Usage rows are written afterwards, by a post-hook, from ``call_log``.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ from pml.errors import (
     LimitExceeded,
     PermissionDenied,
     PmlError,
+    UnknownTool,
 )
 from pml.execution.journal import Journal
 from pml.execution.references import Plan, Target
+from pml.execution.registry_calls import NOT_ON_CLIENT
 from pml.execution.values import args_digest, raise_for_error, snippet_value
 from pml.policy.enforcer import PolicyEnforcer, RequestPolicy
 from pml.sandbox.base import ToolRef
@@ -161,6 +164,8 @@ class RunCaller:
         self._budget.count_call()
         if target.kind == "capability":
             return await self._capability(target, arguments)
+        if target.in_gateway:
+            return await self._registry_tool(target, arguments)
         return await self._tool(target, arguments)
 
     def _refused(self, ref: ToolRef) -> None:
@@ -202,6 +207,32 @@ class RunCaller:
         self._finished(target, digest, started, result.get("isError") is not True, False)
         raise_for_error(address, result)
         return snippet_value(result)
+
+    async def _registry_tool(self, target: Target, arguments: dict[str, Any]) -> Any:
+        """``mcp.pml.<tool>``: authorized and audited like an upstream call, answered by the
+        gateway; traced, but no ``tool_usage`` row (as when called directly)."""
+        tools = self._plan.registry_tools
+        if tools is None:  # a plan made where PML's tools are not offered (a client's)
+            raise UnknownTool(f"{target.address}: {NOT_ON_CLIENT}", unknown=[target.address])
+        budget, address = self._budget, target.address
+        policy, request = self._policy, budget.request
+        if policy is not None and request is not None:
+            await policy.authorize(request, target.server, target.tool, arguments)
+            policy.tool_call_started(request, address)
+        digest, started, ok = args_digest(arguments), time.perf_counter(), False
+        budget.used(address)
+        try:
+            value = await tools.call(target.tool, arguments, timeout_s=budget.remaining_s())
+            ok = True
+        except TimeoutError:
+            raise _timeout(budget.settings) from None
+        finally:
+            duration_ms = budget.record(address, digest, started, ok=ok)
+            if policy is not None and request is not None:
+                policy.tool_call_ended(
+                    request, address, ok=ok, duration_ms=duration_ms, replayed=False
+                )
+        return value
 
     def _finished(
         self, target: Target, digest: str, started: float, ok: bool, replayed: bool

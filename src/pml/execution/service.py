@@ -46,6 +46,7 @@ from pml.execution.hooks import FinishedRun, PostHook, standard_hooks
 from pml.execution.journal import Journal
 from pml.execution.recorder import UsageRecorder
 from pml.execution.references import Plan, plan_references, upstream_tools
+from pml.execution.registry_calls import SnippetRegistryTools
 from pml.execution.suggest import suggestions
 from pml.execution.values import check_args, merged_args
 from pml.gateway.schemas import ExecuteParams
@@ -247,12 +248,14 @@ class ExecuteService:
             duration_ms=(time.perf_counter() - started) * 1000,
         )
         finished.routing, finished.update = params.routing, params.update
+        finished.version_tag = params.version_tag
         elapsed_ms = await self._finish(finished, started, None)
         record = finished.captured
         assert record is not None
-        return answers.success_answer(
+        answer = answers.success_answer(
             outcome, budget, record, created=finished.created, routing=record.routing, ms=elapsed_ms
         )
+        return {**answer, **plan.notice()}  # canonicalSpellings, when a name was respelled
 
     def _refused_before_run(self, request: RequestPolicy | None, error: PmlError) -> None:
         """A request that ended before running (bad code, unknown tool, policy) is audited."""
@@ -363,6 +366,7 @@ class ExecuteService:
             pool=self._pool,
             client=client if self._handoff is not None else None,
             routing=self._handoff.routing if self._handoff is not None else None,
+            pml_tools=SnippetRegistryTools(self._registry, self._discovery),  # mcp.pml.<tool>
         )
 
     async def _stored_plan(
