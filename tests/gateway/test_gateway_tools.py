@@ -88,6 +88,7 @@ async def test_input_schemas_follow_the_spec(client: Client) -> None:
         "args",
         "name",
         "update",
+        "version_tag",
         "routing",
         "options",
         "continue_workflow",
