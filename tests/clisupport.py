@@ -57,8 +57,10 @@ def assert_one_line_error(result: Result, code: str) -> str:
 TERMINAL_WAIT_S = 60.0
 
 
-def on_terminal(args: list[str], env: dict[str, str], cwd: Path, answer: str) -> tuple[int, str]:
-    """The real ``pml ...`` on a pseudo-terminal; ``answer`` typed at ``[y/N]``."""
+def on_terminal(
+    args: list[str], env: dict[str, str], cwd: Path, answer: str, prompt: bytes = b"[y/N]"
+) -> tuple[int, str]:
+    """The real ``pml ...`` on a pseudo-terminal; ``answer`` typed at ``prompt``."""
     master, slave = os.openpty()
     try:
         process = subprocess.Popen(
@@ -74,7 +76,7 @@ def on_terminal(args: list[str], env: dict[str, str], cwd: Path, answer: str) ->
         os.close(slave)
     output = bytearray()
     try:
-        if _read(master, output, until=b"[y/N]"):
+        if _read(master, output, until=prompt):
             os.write(master, answer.encode() + b"\n")
             _read(master, output, until=None)
         code = process.wait(timeout=TERMINAL_WAIT_S)

@@ -113,6 +113,7 @@ def register(group: typer.Typer) -> None:
         async def action(life: CapabilityLifecycle, s: RegistrySession) -> dict[str, Any]:
             if not sys.stdin.isatty():
                 raise Forbidden(NO_TERMINAL)
+            await life.archived(s.scope, name)  # NOT_FOUND before asking anything
             if not yes:
                 typed = typer.prompt(f"Type {name!r} to delete it for good", err=True)
                 if typed != name:

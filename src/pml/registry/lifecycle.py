@@ -120,16 +120,17 @@ class CapabilityLifecycle:
         self._registry.audit("CAPABILITY_RESTORED", scope, details)
         return Restored(restored, dropped)
 
+    async def archived(self, scope: Scope, ref: object) -> CapabilityRecord:
+        """The archived capability of ``scope`` that ``ref`` names (the name it had, FQDN,
+        id), or ``NOT_FOUND`` saying that only an archived one can be purged."""
+        async with self._registry.write(scope) as repo:
+            return await _archived(SqlLifecycleRepository(repo.conn), scope, ref)
+
     async def purge(self, scope: Scope, ref: object) -> CapabilityRecord:
         """Delete every row of an archived capability; returns what it was."""
         async with self._registry.write(scope) as repo:
             lifecycle = SqlLifecycleRepository(repo.conn)
-            record = await lifecycle.archived_named(scope, _plain(ref, "purge"))
-            if record is None:
-                raise NotFound(
-                    f"No archived capability: {message_value(ref)} "
-                    "(only an archived capability can be purged: archive it first)"
-                )
+            record = await _archived(lifecycle, scope, ref)
             await lifecycle.purge(record.fqdn)
         await self._registry.announce(scope, record.fqdn, "purged")
         details = {"capability": record.fqdn, "name": record.display_name}
@@ -239,6 +240,18 @@ async def _restore_aliases(
             continue
         await repo.insert_alias(scope.org, scope.project, alias, tool_name, record.fqdn, now)
     return dropped
+
+
+async def _archived(
+    lifecycle: SqlLifecycleRepository, scope: Scope, ref: object
+) -> CapabilityRecord:
+    record = await lifecycle.archived_named(scope, _plain(ref, "purge"))
+    if record is None:
+        raise NotFound(
+            f"No archived capability: {message_value(ref)} "
+            "(only an archived capability can be purged: archive it first)"
+        )
+    return record
 
 
 def _plain(ref: object, what: str) -> str:
