@@ -38,7 +38,7 @@ from pml.registry.records import check_version_tag
 FORMAT = "pml-capabilities"
 FORMAT_VERSION = 1
 MAX_BUNDLE_BYTES = 50 * 1024 * 1024
-MAX_DEPTH = 64
+MAX_DEPTH = 128  # lifted literal defaults nest up to 100 levels inside a schema
 MAX_CAPABILITIES = 5_000
 MAX_VERSIONS = 1_000  # per capability
 MAX_TOTAL_VERSIONS = 50_000
