@@ -131,6 +131,7 @@ async def test_restore_asks_for_a_new_name_when_the_old_one_was_taken(web: WebHa
 
     taken = await api.error(409, "POST", f"/api/capabilities/{fqdn}/restore", {})
     assert taken["code"] == "NAME_TAKEN"
+    assert "new_name" in taken["message"]
     assert (await _record(api, fqdn))["archived"] is True
     bad = await api.error(
         400, "POST", f"/api/capabilities/{fqdn}/restore", {"new_name": "no spaces"}

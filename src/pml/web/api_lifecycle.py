@@ -44,7 +44,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from pml.errors import Forbidden, InvalidInput, VersionNotFound
+from pml.errors import Forbidden, InvalidInput, NameTaken, VersionNotFound
 from pml.registry.lifecycle import MAX_MESSAGE, CapabilityLifecycle
 from pml.registry.models import CapabilityRecord, VersionRecord
 from pml.registry.scope import Scope
@@ -264,7 +264,16 @@ def lifecycle_routes(services: WebServices) -> list[Route]:
     async def restore(request: Request) -> Response:
         async def run() -> dict[str, Any]:
             scope, name, body = await read(request, "restore")
-            restored = await lifecycle.restore(scope, name, new_name=body.get("new_name"))
+            new_name = body.get("new_name")
+            try:
+                restored = await lifecycle.restore(scope, name, new_name=new_name)
+            except NameTaken:
+                if new_name is not None:
+                    raise
+                raise NameTaken(
+                    "Its name was taken by another capability meanwhile: restore it with "
+                    '{"new_name": "..."}'
+                ) from None
             return record_json(restored.record) | {"aliasesDropped": restored.aliases_dropped}
 
         return await answer(request, "/api/capabilities/{name}/restore", run)

@@ -3,18 +3,21 @@
 
     GET /ui/capabilities?visibility=project&named_only=1&sort_by=name&limit=50&offset=50
     GET /ui/capabilities?q=read+a+json+file          # ranked as pml_discover ranks them
+    GET /ui/capabilities?archived=1                   # the archived ones (names only)
 
 The listing is ``cap_list`` (``CapTools.list``) for the viewer's scope, exactly what
 ``GET /api/capabilities`` answers the same key. A search ranks with the discovery service
 (``pml_discover``'s ranking, capabilities only); without one it falls back to a name
-pattern and says so. The query string is read strictly: an unknown, repeated, overlong or
+pattern and says so. The "Archived" view lists the archived capabilities (a search there
+matches names: they are not in the discovery index); deprecated ones carry a mark. The
+query string is read strictly: an unknown, repeated, overlong or
 malformed parameter, or one with control characters, is a 400 page saying which and why.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 from urllib.parse import urlencode
 
@@ -24,6 +27,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from pml.errors import InvalidInput
+from pml.registry.models import ListQuery
+from pml.registry.patterns import glob_to_like
 from pml.registry.scope import VISIBILITIES, Scope, Visibility
 from pml.registry.tools import CapTools, summary
 from pml.storage.capability_repo import find_visible
@@ -34,6 +39,7 @@ from pml.web.dashboard.capability_format import (
     ListRow,
     row_of,
 )
+from pml.web.dashboard.capability_lifecycle import Mark, marks_of
 from pml.web.dashboard.sessions import Viewer
 from pml.web.dashboard.ui import Ui
 from pml.web.services import WebServices
@@ -44,7 +50,8 @@ SORTS: Final[dict[SortBy, str]] = {
     "name": "Name",
     "created": "Newest",
 }
-PARAMETERS: Final = ("q", "visibility", "named_only", "sort_by", "limit", "offset")
+PARAMETERS: Final = ("q", "visibility", "named_only", "sort_by", "limit", "offset", "archived")
+NOTICES: Final = {"purged": "Purged: the capability and its whole history were deleted."}
 MAX_QUERY: Final = 200
 MAX_VALUE: Final = 32
 MAX_LIMIT: Final = 200
@@ -68,6 +75,7 @@ class Filters:
     sort_by: SortBy = "usage"
     limit: int = PAGE_SIZE
     offset: int = 0
+    archived: bool = False
 
     def list_arguments(self) -> dict[str, Any]:
         """The ``cap_list`` arguments of these filters (no search)."""
@@ -90,8 +98,9 @@ class Filters:
             for name in PARAMETERS
             if getattr(target, name) != getattr(default, name)
         }
-        if values.get("named_only") is True:
-            values["named_only"] = "1"
+        for flag in ("named_only", "archived"):
+            if values.get(flag) is True:
+                values[flag] = "1"
         return f"{BASE_PATH}?{urlencode(values)}" if values else BASE_PATH
 
 
@@ -142,14 +151,17 @@ def parse_filters(params: QueryParams) -> Filters:
             )
         filters = replace(filters, visibility=visibility)
     named = found.get("named_only", "").lower()
-    if named not in TRUE | FALSE:
-        raise InvalidInput("named_only must be 1 or 0 (true or false).", field="named_only")
+    archived = found.get("archived", "").lower()
+    for name, value in (("named_only", named), ("archived", archived)):
+        if value not in TRUE | FALSE:
+            raise InvalidInput(f"{name} must be 1 or 0 (true or false).", field=name)
     sort_by = found.get("sort_by", "") or "usage"
     if sort_by not in SORTS:
         raise InvalidInput(f"sort_by must be one of {', '.join(SORTS)}.", field="sort_by")
     return replace(
         filters,
         named_only=named in TRUE,
+        archived=archived in TRUE,
         sort_by=sort_by,
         limit=_number("limit", found["limit"], 1, MAX_LIMIT) if found.get("limit") else PAGE_SIZE,
         offset=_number("offset", found["offset"], 0, MAX_OFFSET) if found.get("offset") else 0,
@@ -164,6 +176,7 @@ class Listing:
     total: int
     mode: Literal["list", "search", "names"]
     pattern: str | None = None
+    marks: dict[str, Mark] = field(default_factory=dict[str, Mark])
 
 
 def name_pattern(q: str) -> str:
@@ -173,17 +186,43 @@ def name_pattern(q: str) -> str:
     return "*" + "*".join(q.split()) + "*"
 
 
+async def archived_listing(services: WebServices, scope: Scope, f: Filters) -> Listing:
+    """The archived capabilities ``scope`` may see (``cap_list``'s filters; names only)."""
+    pattern = name_pattern(f.q) if f.q else None
+    query = ListQuery(
+        like_pattern=glob_to_like(pattern) if pattern is not None else None,
+        named_only=f.named_only,
+        visibility=f.visibility,
+        sort_by=f.sort_by,
+        descending=f.sort_by != "name",
+        limit=f.limit,
+        offset=f.offset,
+        archived=True,
+    )
+    page = await services.registry.list(scope, query)
+    items = [summary(record) for record in page.items]
+    marks = await marks_of(services.db, scope, items)
+    mode = "names" if pattern is not None else "list"
+    return Listing([row_of(item) for item in items], page.total, mode, pattern, marks)
+
+
 async def listing(services: WebServices, tools: CapTools, scope: Scope, f: Filters) -> Listing:
     """What the page shows for ``f``: ``cap_list``, or a search ranked as ``pml_discover``."""
+    if f.archived:
+        return await archived_listing(services, scope, f)
     if not f.q:
         page = await tools.list(scope, f.list_arguments())
-        return Listing([row_of(item) for item in page["items"]], int(page["total"]), "list")
+        items = page["items"]
+        marks = await marks_of(services.db, scope, items)
+        return Listing([row_of(item) for item in items], int(page["total"]), "list", None, marks)
     discovery = services.discovery
     if discovery is None:
         pattern = name_pattern(f.q)
         page = await tools.list(scope, {**f.list_arguments(), "pattern": pattern})
-        rows = [row_of(item) for item in page["items"]]
-        return Listing(rows, int(page["total"]), "names", pattern)
+        items = page["items"]
+        marks = await marks_of(services.db, scope, items)
+        rows = [row_of(item) for item in items]
+        return Listing(rows, int(page["total"]), "names", pattern, marks)
     hits = await discovery.rank(scope, f.q, kind="capability", limit=SEARCH_LIMIT)
     ranked = [hit["fqdn"] for hit in hits if isinstance(hit.get("fqdn"), str)]
     # The registry decides what this scope sees, as for every other read (one query); a
@@ -191,6 +230,7 @@ async def listing(services: WebServices, tools: CapTools, scope: Scope, f: Filte
     records = await find_visible(services.db, scope, ranked)
     scores = {hit.get("fqdn"): hit.get("score") for hit in hits}
     rows: list[ListRow] = []
+    shown: list[dict[str, Any]] = []
     for fqdn in ranked:
         record = records.get(fqdn)
         if record is None:
@@ -199,8 +239,22 @@ async def listing(services: WebServices, tools: CapTools, scope: Scope, f: Filte
             continue
         if f.named_only and not record.named:
             continue
-        rows.append(row_of(summary(record), score=scores.get(fqdn)))
-    return Listing(rows[f.offset : f.offset + f.limit], len(rows), "search")
+        shown.append(summary(record))
+        rows.append(row_of(shown[-1], score=scores.get(fqdn)))
+    page_rows = rows[f.offset : f.offset + f.limit]
+    marks = await marks_of(services.db, scope, shown[f.offset : f.offset + f.limit])
+    return Listing(page_rows, len(rows), "search", None, marks)
+
+
+def _without_notice(params: QueryParams) -> tuple[QueryParams, str | None]:
+    """The query string without ``notice`` (set by the redirect after a purge), and its text."""
+    values = params.getlist("notice")
+    if not values:
+        return params, None
+    if len(values) > 1 or values[0] not in NOTICES:
+        raise InvalidInput(f"notice must be one of {', '.join(NOTICES)}.", field="notice")
+    rest = [(key, value) for key, value in params.multi_items() if key != "notice"]
+    return QueryParams(rest), NOTICES[values[0]]
 
 
 def routes(ui: Ui) -> list[Route]:
@@ -212,9 +266,12 @@ def routes(ui: Ui) -> list[Route]:
             "sorts": SORTS,
             "visibilities": VISIBILITY_HELP,
             "max_query": MAX_QUERY,
+            "notice": None,
         }
         try:
-            filters = parse_filters(request.query_params)
+            params, notice = _without_notice(request.query_params)
+            context["notice"] = notice
+            filters = parse_filters(params)
         except InvalidInput as error:
             return await ui.render(
                 request,

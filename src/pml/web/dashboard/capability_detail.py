@@ -1,4 +1,5 @@
-"""One capability's page and its three changes: rename, visibility, description.
+"""One capability's page and its three changes: rename, visibility, description (its
+lifecycle forms, archive to purge, are in ``capability_lifecycle``).
 
     GET  /ui/capabilities/acme.webapp.fs.read_json.a7f3
     POST /ui/capabilities/acme.webapp.fs.read_json.a7f3/rename        new_name=fs:load_json
@@ -9,7 +10,9 @@ The page reads what ``cap_whois`` and ``cap_history`` answer (``CapTools``), so 
 the viewer's scope cannot see is a 404 here as it is a ``NOT_FOUND`` there. Changes go
 through ``CapTools.rename`` — the code of ``cap_rename`` — so validation, errors, the alias
 left by a rename and the ``tools/list_changed`` it sends are the MCP tool's. A refused
-change shows the page again with the error and a 4xx status; nothing was changed.
+change shows the page again with the error and a 4xx status; nothing was changed. An
+archived capability's page (reached by FQDN) says so, shows its versions and offers only
+restore and purge.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pml.registry.fqdn import Fqdn
 from pml.registry.tools import CapTools
 from pml.storage.dashboard_usage_repo import DayCount, calls_per_day, intents_of
 from pml.storage.usage_repo import CAPABILITY_SERVER_ID
+from pml.web.dashboard import capability_lifecycle
 from pml.web.dashboard.capability_format import (
     BASE_PATH,
     VISIBILITY_HELP,
@@ -38,6 +42,7 @@ from pml.web.dashboard.capability_format import (
     percent,
     when,
 )
+from pml.web.dashboard.capability_lifecycle import Blocked, archived_history, lifecycle_of
 from pml.web.dashboard.charts import bar_chart
 from pml.web.dashboard.code_view import DiffLine, code_html, diff_lines, json_html
 from pml.web.dashboard.sessions import Viewer
@@ -60,6 +65,7 @@ NOTICES: Final = {
     "were told that their tool list changed.",
     "visibility": "Visibility changed.",
     "description": "Description saved.",
+    **capability_lifecycle.NOTICES,
 }
 NOTICE_OF: Final = {"rename": "renamed", "visibility": "visibility", "description": "description"}
 STATUS_OF: Final = {
@@ -158,10 +164,15 @@ def routes(ui: Ui, tools: CapTools) -> list[Route]:
         error: PmlError | None = None,
         status: int = 200,
         attempted: Mapping[str, str] | None = None,
+        blocked: Blocked | None = None,
+        confirm_purge: bool = False,
     ) -> Response:
         scope = viewer.scope
         whois = await tools.whois(scope, {"fqdn": fqdn})  # NOT_FOUND: the page is a 404
-        history = await tools.history(scope, {"name": fqdn})
+        if whois.get("archived"):  # no name resolves to it: its versions are read by FQDN
+            history = await archived_history(db, whois)
+        else:
+            history = await tools.history(scope, {"name": fqdn})
         days = await calls_per_day(
             db,
             scope.org,
@@ -189,6 +200,10 @@ def routes(ui: Ui, tools: CapTools) -> list[Route]:
             intents=intents,
             aliases=[(a["alias"], when(a["created_at"])) for a in whois.get("aliases", [])],
             versions=versions_of(history),
+            life=await lifecycle_of(db, scope, whois, history.get("versions", [])),
+            blocked=blocked,
+            confirm_purge=confirm_purge,
+            is_admin=viewer.principal.is_admin,
             version_count=whois.get("version_count", 0),
             days=days,
             busy_days=[day for day in reversed(days) if day.calls],
@@ -240,6 +255,7 @@ def routes(ui: Ui, tools: CapTools) -> list[Route]:
 
     return [
         *(change(kind) for kind in CHANGES),
+        *capability_lifecycle.routes(ui, show, checked_fqdn),
         # ``path``: a value with a slash gets this page's 400, not a bare 404
         Route(f"{BASE_PATH}/{{fqdn:path}}", ui.page(detail), methods=["GET"]),
     ]
