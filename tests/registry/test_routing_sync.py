@@ -13,12 +13,12 @@ import sqlalchemy as sa
 
 from pml.config import Settings
 from pml.registry.models import CapabilityRecord, RoutingRules
+from pml.registry.routing_start import routing_at_start
 from pml.registry.routing_sync import (
     ANNOUNCED_PER_SCOPE,
     AUDIT_EVENT,
     ROUTING_CHANGED,
     RoutingChange,
-    routing_at_start,
     sync_routing,
 )
 from pml.registry.scope import Scope
@@ -314,7 +314,7 @@ async def test_at_start_changes_are_logged_and_audited_once_per_project(
     settings = Settings.model_validate(
         {"database_url": database_url, "audit": {"file": str(tmp_path / "audit.jsonl")}}
     )
-    caplog.set_level(logging.INFO, logger="pml.registry.routing_sync")
+    caplog.set_level(logging.INFO, logger="pml.registry.routing_start")
 
     changes = await routing_at_start(db, settings)
 
@@ -328,5 +328,12 @@ async def test_at_start_changes_are_logged_and_audited_once_per_project(
     assert {row.decided_by for row in rows} == {"config:routing"}
     assert (tmp_path / "audit.jsonl").read_text().count(AUDIT_EVENT) == 2
     caplog.clear()
+    # The same patterns again: the scan is skipped (the fingerprint is remembered).
     assert await routing_at_start(db, settings) == []
-    assert "0 capabilities re-derived" in caplog.text
+    assert "re-derived" not in caplog.text
+    # Other patterns: scanned again, and the capabilities follow them back.
+    searching = settings.model_copy(
+        update={"routing": settings.routing.model_copy(update={"cloud": ["search*"]})}
+    )
+    assert len(await routing_at_start(db, searching)) == 4
+    assert "routing follows [routing]: 4 capabilities re-derived" in caplog.text

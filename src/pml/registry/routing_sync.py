@@ -2,7 +2,7 @@
 
     changes = await sync_routing(db, RoutingRules(cloud=("search*",)), apply=False)  # a check
     changes = await sync_routing(db, rules, announce=announcer.announce, auditor=audit)
-    await routing_at_start(db, settings)          # the gateway's start (and a reload)
+    await routing_at_start(db, settings)          # the gateway's start (routing_start.py)
 
 A capability's routing is computed when it is created and on every new version; when the
 patterns change, the stored value of every capability of every tenant with no explicit
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Final
 
-from pml.errors import InvalidInput, PmlError
+from pml.errors import InvalidInput
 from pml.policy.model import Auditor
 from pml.registry.fqdn import is_fqdn
 from pml.registry.models import RoutingRules
@@ -53,7 +53,7 @@ from pml.storage.routing_repo import (
 from pml.storage.types import utc_now
 
 if TYPE_CHECKING:
-    from pml.config import Settings
+    pass
 
 logger = logging.getLogger(__name__)
 
@@ -333,11 +333,11 @@ async def sync_routing(
     await run.fill(batch_size)
     await run.solve(batch_size)
     if apply and auditor is not None:
-        _audit(auditor, run.changes, rules, user=user, trigger=trigger)
+        audit_routing_changes(auditor, run.changes, rules, user=user, trigger=trigger)
     return run.changes
 
 
-def _audit(
+def audit_routing_changes(
     auditor: Auditor,
     changes: Sequence[RoutingChange],
     rules: RoutingRules,
@@ -368,31 +368,3 @@ def _audit(
             logger.warning("routing change of %s.%s not audited: bad scope", org, project)
             continue
         auditor.emit(AUDIT_EVENT, scope=scope, details=details, decided_by="config:routing")
-
-
-async def routing_at_start(
-    db: Database, settings: Settings, *, announce: Announce | None = None
-) -> list[RoutingChange]:
-    """Make stored routing follow ``settings``' ``[routing]`` (the gateway's start, a
-    reload): applied, announced, audited, logged; a failure is logged, never raised, as
-    the stored routing stays usable."""
-    from pml.config import audit_file_path
-    from pml.policy.audit import AuditLog
-    from pml.registry.changes import ChangeAnnouncer
-    from pml.wiring import routing_rules, scope_of
-
-    rules = routing_rules(settings)
-    user = scope_of(settings).user
-    if announce is None:
-        announce = ChangeAnnouncer(db).announce
-    try:
-        changes = await sync_routing(db, rules, announce=announce, user=user, trigger="start")
-    except PmlError as error:
-        logger.warning("stored routing not re-derived from [routing]: %s", error)
-        return []
-    logger.info("routing follows [routing]: %d capabilities re-derived", len(changes))
-    if changes:
-        audit = AuditLog(db, audit_file_path(settings))
-        async with audit.running():
-            _audit(audit, changes, rules, user=user, trigger="start")
-    return changes

@@ -3,21 +3,13 @@
 Migrations under ``storage/migrations`` create exactly these tables; a test compares the
 migrated database with this metadata, so the two cannot drift apart.
 
-    capability_records   one row per capability or MCP server (FQDN is the primary key)
-    capability_aliases   old display names -> FQDN (aliases point at FQDNs: no chains)
-    capability_versions  append-only code history (UPDATE is refused by a trigger)
-    capability_version_tags  a semantic tag per version (immutable once set)
-    capability_tags      one row per (record, tag): an index for the ``tags`` filter
-    tool_schema          the upstream tool catalog, with a hash per definition
-    tool_usage           one row per tool call
-    execution_traces     traces of snippet runs (local client or server)
-    workflow_state       short-lived state with an expiry (client routing, approvals)
-    audit_events         the audit log
-    permission_grants    permission tokens
-    api_keys             API keys, stored as SHA-256 hashes
-    upstream_servers     the last state a running gateway reported for each upstream server
-    discovery_vectors    the stored embedding of each indexed tool and capability text
-    curation_runs        the results of cap_curate suggest runs (manual and automatic)
+    capability_records (+ _aliases, _versions, _version_tags, _tags)   the registry: one
+        row per capability or MCP server (FQDN key); history is append-only (triggers)
+    tool_schema, tool_usage, tool_usage_daily   the upstream catalog and every tool call
+    execution_traces, workflow_state   snippet runs; short-lived state (handoffs, approvals)
+    audit_events, permission_grants, api_keys, dashboard_sessions   who may do what, and did
+    upstream_servers, discovery_vectors, curation_runs   reported states, embeddings, names
+    deployment_state   small facts a deployment remembers between starts
 """
 
 from __future__ import annotations
@@ -43,8 +35,7 @@ SCOPE_PART = sa.String(64)
 
 # Names, tool names and code are unique among the active records of a scope only.
 ACTIVE_ONLY: dict[str, Any] = {
-    "sqlite_where": sa.text("archived_at IS NULL"),
-    "postgresql_where": sa.text("archived_at IS NULL"),
+    f"{name}_where": sa.text("archived_at IS NULL") for name in ("sqlite", "postgresql")
 }
 
 capability_records = sa.Table(
@@ -396,4 +387,13 @@ dashboard_sessions = sa.Table(
     sa.Column("created_at", UtcDateTime(), nullable=False),
     sa.Column("expires_at", UtcDateTime(), nullable=False),
     sa.Index(None, "expires_at"),
+)
+
+# Small facts a deployment remembers between starts (e.g. the [routing] fingerprint).
+deployment_state = sa.Table(
+    "deployment_state",
+    metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.Text(), nullable=False),
+    sa.Column("updated_at", UtcDateTime(), nullable=False),
 )

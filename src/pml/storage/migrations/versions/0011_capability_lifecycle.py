@@ -13,6 +13,8 @@ fact, and history that is deleted only with an archived capability.
   once set; tags written with a version until now are copied in.
 - Version and tag rows can be deleted only with their archived capability (``pml cap
   purge``); the database refuses any other DELETE, as it refuses any UPDATE.
+- ``deployment_state``: small facts a deployment remembers between starts (the ``[routing]``
+  patterns stored routing was last derived from).
 
 Revision ID: 0011
 Revises: 0010
@@ -88,6 +90,13 @@ def upgrade() -> None:
         "AND w.version_tag = v.version_tag AND w.version < v.version)"
     )
     _history_triggers()
+    op.create_table(
+        "deployment_state",
+        sa.Column("key", sa.String(64), nullable=False),
+        sa.Column("value", sa.Text(), nullable=False),
+        sa.Column("updated_at", UtcDateTime(), nullable=False),
+        sa.PrimaryKeyConstraint("key", name="pk_deployment_state"),
+    )
 
 
 def _history_triggers() -> None:
@@ -140,6 +149,7 @@ def _history_triggers() -> None:
 
 def downgrade() -> None:
     postgres = op.get_bind().dialect.name == "postgresql"
+    op.drop_table("deployment_state")
     for table in HISTORY_TABLES:
         op.execute(f"DROP TRIGGER {table}_kept" + (f" ON {table}" if postgres else ""))
     op.execute(
