@@ -361,3 +361,17 @@ return {"tz": now["timezone"], "server": server["display_name"], "missing": miss
     assert answer["toolsUsed"] == ["time:get_current_time", "pml:cap_lookup"]
     assert refused["status"] == "error"
     assert refused["error"]["code"] == "UNKNOWN_TOOL"
+
+
+async def test_a_capability_in_the_reserved_namespace_is_called_by_its_name(
+    execute: Execute,
+) -> None:
+    created = await execute(code="return await mcp.pml.cap_list()", name="lister")
+    record = await execute.record("lister")
+    assert record.tool_name == "mcp__pml__lister"  # its first tool's namespace: pml
+    error = await execute.error(code="return await mcp.pml.lister()")
+    assert error["code"] == "UNKNOWN_TOOL"
+    assert 'the capability lister is called as mcp["lister"]' in error["message"]
+    by_name = await execute(code='return (await mcp["lister"]())["total"]')
+    assert by_name["result"] >= 1
+    assert by_name["toolsUsed"][0] == created["capabilityFqdn"]
