@@ -285,14 +285,17 @@ async def test_tags_are_semantic_unique_immutable_and_resolve(
         (2, "v1.2.0"),
         (1, "v0.9.0"),
     ]
-    with pytest.raises(InvalidInput, match="already exists"):
-        await life.tag(scope, "my-reader@v1", "v1.2.0")
+    with pytest.raises(InvalidInput, match=r"already tagged v0\.9\.0"):
+        await life.tag(scope, "my-reader@v1", "v3.0.0")
     with pytest.raises(InvalidInput, match="already tagged"):
         await life.tag(scope, "my-reader", "v3.0.0")
     with pytest.raises(InvalidInput, match="already exists"):
         await registry.update_code(
             scope, "my-reader", CapabilityDraft(code="return 4", version_tag="v1.2.0")
         )
+    await registry.update_code(scope, "my-reader", CapabilityDraft(code="return 4"))
+    with pytest.raises(InvalidInput, match=r"v1\.2\.0 already exists .*\(version 2\)"):
+        await life.tag(scope, "my-reader", "v1.2.0")
     with pytest.raises(VersionNotFound):
         await life.tag(scope, "my-reader@v7", "v7.0.0")
 

@@ -39,7 +39,7 @@ from pml.registry.records import check_ref, check_version_tag
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityRegistry
 from pml.registry.versions import parse_version_spec, select_version, split_name_and_spec
-from pml.storage.lifecycle_repo import MAX_DEPENDANTS, SqlLifecycleRepository
+from pml.storage.lifecycle_repo import SqlLifecycleRepository
 
 MAX_MESSAGE = 1_000
 
@@ -61,15 +61,21 @@ class CapabilityLifecycle:
     async def archive(
         self, scope: Scope, ref: object, *, force: bool = False
     ) -> tuple[CapabilityRecord, list[CapabilityRecord]]:
-        """Archive the capability ``ref`` names; returns it and the dependants it had."""
+        """Archive the capability ``ref`` names; returns it and the dependants it had that
+        ``scope`` may see (a refusal names only those, and counts the others)."""
         now = self._registry.now()
         async with self._registry.write(scope) as repo:
             record = await naming.owned(repo, scope, _plain(ref, "archive"))
             _capability_only(record, "archived")
             lifecycle = SqlLifecycleRepository(repo.conn)
-            dependants = await lifecycle.dependants(record.fqdn)
-            if dependants and not force:
-                raise InvalidInput(_dependants_message(record, dependants), field="force")
+            dependants, hidden = await lifecycle.dependants(record.fqdn, scope)
+            if (dependants or hidden) and not force:
+                raise InvalidInput(
+                    _dependants_message(record, dependants, hidden),
+                    field="force",
+                    dependants=[_brief(item) for item in dependants],
+                    hiddenDependants=hidden,
+                )
             held = await lifecycle.take_aliases(record.fqdn)
             await lifecycle.archive(record.fqdn, by=scope.user, at=now, held=held)
             archived = await repo.get(record.fqdn)
@@ -199,17 +205,17 @@ class CapabilityLifecycle:
             else:
                 version = select_version(versions, parsed, name)
             lifecycle = SqlLifecycleRepository(repo.conn)
+            if version.version_tag is not None:
+                raise InvalidInput(
+                    f"Version {version.version} of {record.display_name} is already tagged "
+                    f"{version.version_tag}; tags are immutable",
+                    field="tag",
+                )
             holder = await lifecycle.tag_owner(record.fqdn, normalised)
             if holder is not None:
                 raise InvalidInput(
                     f"Version tag {normalised} already exists for {record.display_name} "
                     f"(version {holder}); tags are immutable",
-                    field="tag",
-                )
-            if version.version_tag is not None:
-                raise InvalidInput(
-                    f"Version {version.version} of {record.display_name} is already tagged "
-                    f"{version.version_tag}; tags are immutable",
                     field="tag",
                 )
             await lifecycle.insert_version_tag(
@@ -285,11 +291,20 @@ def _message(message: object) -> str | None:
     return message.strip() or None
 
 
-def _dependants_message(record: CapabilityRecord, dependants: list[CapabilityRecord]) -> str:
-    shown = ", ".join(f"{item.display_name} ({item.fqdn})" for item in dependants)
-    more = " and maybe more" if len(dependants) >= MAX_DEPENDANTS else ""
+def _brief(record: CapabilityRecord) -> dict[str, str]:
+    return {"fqdn": record.fqdn, "display_name": record.display_name}
+
+
+def _dependants_message(
+    record: CapabilityRecord, shown: list[CapabilityRecord], hidden: int
+) -> str:
+    """Why an archive was refused, naming only the dependants the caller may see."""
+    count = len(shown) + hidden
+    names = ", ".join(f"{item.display_name} ({item.fqdn})" for item in shown)
+    others = f"{hidden} you cannot see" if hidden else ""
+    listed = "; ".join(part for part in (names, others) if part)
     return (
-        f"Capability '{record.display_name}' is used by {len(dependants)} other "
-        f"capabilit{'y' if len(dependants) == 1 else 'ies'}{more}: {shown}. "
-        "Archive anyway with --force (they will fail until changed)."
+        f"Capability '{record.display_name}' is used by {count} other "
+        f"capabilit{'y' if count == 1 else 'ies'}: {listed}. "
+        "Archive anyway with force (they will fail until changed)."
     )

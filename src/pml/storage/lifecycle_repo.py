@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from pml.registry.models import CapabilityRecord
 from pml.registry.patterns import LIKE_ESCAPE
 from pml.registry.scope import Scope
-from pml.storage.capability_queries import ACTIVE, record_of
+from pml.storage.capability_queries import ACTIVE, record_of, visible_to
 from pml.storage.tables import capability_aliases as aliases
 from pml.storage.tables import capability_records as records
 from pml.storage.tables import capability_tags as tags_table
@@ -60,22 +60,26 @@ class SqlLifecycleRepository:
         row = (await self.conn.execute(query)).first()
         return record_of(row) if row else None
 
-    async def dependants(self, fqdn: str) -> list[CapabilityRecord]:
-        """Active capabilities (any scope) whose recorded tools include ``fqdn``."""
+    async def dependants(self, fqdn: str, scope: Scope) -> tuple[list[CapabilityRecord], int]:
+        """Active capabilities (any scope) whose recorded tools include ``fqdn``: those
+        ``scope`` may see (at most ``MAX_DEPENDANTS``), and how many others there are."""
         r = records.c
         needle = f'%"{_like_literal(fqdn)}"%'
+        using = (
+            ACTIVE,
+            r.record_type == "capability",
+            r.fqdn != fqdn,
+            sa.cast(r.tools_used, sa.Text()).like(needle, escape=LIKE_ESCAPE),
+        )
         query = (
             sa.select(records)
-            .where(
-                ACTIVE,
-                r.record_type == "capability",
-                r.fqdn != fqdn,
-                sa.cast(r.tools_used, sa.Text()).like(needle, escape=LIKE_ESCAPE),
-            )
+            .where(*using, visible_to(scope))
             .order_by(r.display_name, r.fqdn)
             .limit(MAX_DEPENDANTS)
         )
-        return [record_of(row) for row in await self.conn.execute(query)]
+        shown = [record_of(row) for row in await self.conn.execute(query)]
+        total = sa.select(sa.func.count()).select_from(records).where(*using)
+        return shown, int((await self.conn.execute(total)).scalar_one()) - len(shown)
 
     async def take_aliases(self, fqdn: str) -> list[dict[str, str]]:
         """Remove the aliases of ``fqdn`` and return them (to keep with the archived record)."""

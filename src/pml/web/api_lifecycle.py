@@ -44,14 +44,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from pml.errors import Forbidden, InvalidInput, NameTaken, VersionNotFound
+from pml.errors import Forbidden, InvalidInput, NameTaken
 from pml.registry.lifecycle import MAX_MESSAGE, CapabilityLifecycle
 from pml.registry.models import CapabilityRecord, VersionRecord
 from pml.registry.scope import Scope
-from pml.registry.versions import parse_version_spec, select_version
-from pml.storage.capability_repo import find_visible
-from pml.storage.database import Database
-from pml.storage.lifecycle_repo import SqlLifecycleRepository
 from pml.web.api_capabilities import answer, scope_of
 from pml.web.auth import principal_of
 from pml.web.services import WebServices
@@ -157,83 +153,20 @@ def brief(record: CapabilityRecord) -> dict[str, str]:
     return {"fqdn": record.fqdn, "display_name": record.display_name}
 
 
-async def visible_dependants(
-    db: Database, scope: Scope, fqdn: str
-) -> tuple[list[CapabilityRecord], int]:
-    """The active capabilities using ``fqdn`` that ``scope`` may see, and how many others."""
-    async with db.read() as conn:
-        found = await SqlLifecycleRepository(conn).dependants(fqdn)
-    seen = await find_visible(db, scope, [record.fqdn for record in found])
-    shown = [record for record in found if record.fqdn in seen]
-    return shown, len(found) - len(shown)
-
-
 async def archive_checked(
     services: WebServices, scope: Scope, ref: str, *, force: bool
 ) -> tuple[CapabilityRecord, list[CapabilityRecord]]:
-    """``lifecycle.archive``, with a refusal that names only the dependants ``scope`` may see
-    (``dependants`` and ``hiddenDependants`` in its data) and the dependants of a forced
-    archive filtered the same way."""
-    lifecycle = CapabilityLifecycle(services.registry)
-    try:
-        record, dependants = await lifecycle.archive(scope, ref, force=force)
-    except InvalidInput as error:
-        if error.data.get("field") != "force":
-            raise
-        target = (await services.registry.resolve(scope, ref)).record
-        shown, hidden = await visible_dependants(services.db, scope, target.fqdn)
-        raise InvalidInput(
-            dependants_message(target.display_name, shown, hidden),
-            field="force",
-            dependants=[brief(item) for item in shown],
-            hiddenDependants=hidden,
-        ) from None
-    seen = await find_visible(services.db, scope, [item.fqdn for item in dependants])
-    return record, [item for item in dependants if item.fqdn in seen]
+    """``lifecycle.archive``: a refusal names only the dependants ``scope`` may see
+    (``dependants`` and ``hiddenDependants`` in its data), as does a forced archive."""
+    return await CapabilityLifecycle(services.registry).archive(scope, ref, force=force)
 
 
 async def tag_version(
     services: WebServices, scope: Scope, name: str, version: int | None, tag: str
 ) -> VersionRecord:
-    """Tag version number ``version`` of ``name`` (its current one when None).
-
-    ``lifecycle.tag`` takes ``name@vN``, where ``vN`` selects the newest version of *major*
-    N (a version tagged ``v1.1.0`` is of major 1): the number is used only when it selects
-    exactly that version, and the refusal says why otherwise."""
-    lifecycle = CapabilityLifecycle(services.registry)
-    if version is None:
-        return await lifecycle.tag(scope, name, tag)
-    record, versions, _ = await services.registry.history(scope, name)
-    exact = next((item for item in versions if item.version == version), None)
-    if exact is None:
-        raise VersionNotFound(f"Version {version} not found for {record.display_name}")
-    if exact.version_tag is not None:
-        raise InvalidInput(
-            f"Version {version} of {record.display_name} is already tagged "
-            f"{exact.version_tag}; tags are immutable",
-            field="tag",
-        )
-    chosen = select_version(versions, parse_version_spec(f"v{version}", name), name)
-    if chosen.version != version:
-        raise InvalidInput(
-            f"Version {version} of {record.display_name} cannot be tagged by number: "
-            f"@v{version} now selects version {chosen.version} (tagged {chosen.version_tag})",
-            field="version",
-        )
-    return await lifecycle.tag(scope, f"{record.fqdn}@v{version}", tag)
-
-
-def dependants_message(name: str, shown: list[CapabilityRecord], hidden: int) -> str:
-    """Why an archive was refused, naming only what the caller may see."""
-    count = len(shown) + hidden
-    names = ", ".join(f"{item.display_name} ({item.fqdn})" for item in shown)
-    others = f"{hidden} in other projects" if hidden else ""
-    listed = "; ".join(part for part in (names, others) if part)
-    return (
-        f"Capability '{name}' is used by {count} other "
-        f"capabilit{'y' if count == 1 else 'ies'}: {listed}. "
-        "Archive anyway with force (they will fail until changed)."
-    )
+    """Tag version number ``version`` of ``name`` (its current one when None)."""
+    ref = name if version is None else f"{name}@v{version}"
+    return await CapabilityLifecycle(services.registry).tag(scope, ref, tag)
 
 
 def lifecycle_routes(services: WebServices) -> list[Route]:
