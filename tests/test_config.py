@@ -340,6 +340,15 @@ def test_ten_thousand_character_server_name_is_rejected_with_a_short_message(
     assert len(caught.value.message) < 300
 
 
+def test_a_server_named_pml_is_refused_as_reserved(tmp_path: Path) -> None:
+    path = write_json(tmp_path / "c.json", {"mcpServers": {"pml": {"command": "x"}}})
+    with pytest.raises(ConfigError, match="'pml' is reserved"):
+        import_mcp_servers(path)
+    assert import_mcp_servers(
+        write_json(tmp_path / "d.json", {"mcpServers": {"pml2": {"command": "x"}}})
+    )
+
+
 def test_missing_mcp_config_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="file not found"):
         import_mcp_servers(tmp_path / "absent.json")

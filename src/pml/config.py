@@ -80,6 +80,9 @@ def audit_file_path(settings: Settings) -> Path | None:
     return None
 
 
+RESERVED_SERVER_NAME = "pml"  # mcp.pml.<tool> in snippets: PML's read-only registry tools
+
+
 def _check_server_name(name: str) -> str:
     if not name:
         raise ValueError("server name must not be empty")
@@ -91,6 +94,11 @@ def _check_server_name(name: str) -> str:
     # make names that print differently from what they are.
     if any(unicodedata.category(char).startswith("C") for char in name):
         raise ValueError("server name contains control or invisible characters")
+    if name == RESERVED_SERVER_NAME:
+        raise ValueError(
+            "'pml' is reserved: snippets reach PML's own tools as mcp.pml.<tool>; "
+            "give this server another name"
+        )
     return name
 
 

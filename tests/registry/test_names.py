@@ -117,6 +117,7 @@ def test_auto_names_reject_anything_but_a_lowercase_hex_hash(code_hash: Any) -> 
     ("server", "namespace"),
     [
         ("filesystem", "fs"),
+        ("pml", "code"),  # PML's own tools (mcp.pml.*) give no namespace of their own
         ("shell", "shell"),
         ("sqlite", "sqlite"),
         ("my-server_2", "my-server_2"),

@@ -33,7 +33,7 @@ DEFAULT_NAMESPACE = "code"
 CAPABILITY_TOOL_PREFIX = "mcp__"
 # Well-known servers whose namespace is a short form (SPEC §6.1); every other server keeps
 # its own (sanitised) name.
-SHORT_NAMESPACES: dict[str, str] = {"filesystem": "fs"}
+SHORT_NAMESPACES: dict[str, str] = {"filesystem": "fs", "pml": "code"}  # mcp.pml is PML's own
 
 _NAMESPACE_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _HEX = re.compile(r"[0-9a-f]{8,}")
