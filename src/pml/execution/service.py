@@ -1,10 +1,7 @@
 """``pml_execute``: run a snippet or a capability, and learn from every run that works.
 
-    service = ExecuteService(registry=registry, pool=pool, engine=engine, db=db,
-                             recorder=recorder, limits=settings.sandbox, discovery=discovery,
-                             policy=enforcer, approvals=flow)
+    service = ExecuteService(registry=registry, pool=pool, engine=engine, db=db, ...)
     answer = await service.execute(scope, ExecuteParams(intent="read a.json", code=code))
-    answer["capabilityFqdn"], answer["created"], answer["result"]
 
 Every request is first classified and given its policy decision (SPEC §10). Direct mode:
 analyse (size, syntax, references) → check the name → refuse what the policy forbids
