@@ -13,14 +13,14 @@ is one ``INVALID_INPUT`` error naming the fields.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pml.errors import InvalidInput, NotFound
 from pml.registry.fqdn import message_value
-from pml.registry.models import CapabilityRecord, ListQuery
+from pml.registry.models import CapabilityRecord, ListQuery, VersionRecord
 from pml.registry.patterns import glob_to_like
 from pml.registry.routing import Routing
 from pml.registry.scope import Scope, Visibility
@@ -95,6 +95,29 @@ def parse_params(model: type[P], raw: object) -> P:
 def summary(record: CapabilityRecord) -> dict[str, Any]:
     """A record as listings show it (everything but the code)."""
     return {k: v for k, v in record.to_dict().items() if k not in SUMMARY_OMITS}
+
+
+def history_answer(fqdn: str, name: str, versions: Sequence[VersionRecord]) -> dict[str, Any]:
+    """``cap_history``'s JSON: ``versions`` (newest first), each with its diff to the one
+    before it."""
+    entries: list[dict[str, Any]] = []
+    for index, version in enumerate(versions):
+        previous = versions[index + 1] if index + 1 < len(versions) else None
+        old = (previous.code or previous.code_url or "") if previous else ""
+        new = version.code or version.code_url or ""
+        entries.append(
+            {
+                "version": version.version,
+                "version_tag": version.version_tag,
+                "updated_at": version.updated_at.isoformat(),
+                "updated_by": version.updated_by,
+                "change_summary": version.change_summary,
+                "diff": unified_diff(
+                    old, new, f"{name}@v{version.version - 1}", f"{name}@v{version.version}"
+                ),
+            }
+        )
+    return {"fqdn": fqdn, "display_name": name, "versions": entries}
 
 
 class CapTools:
@@ -206,31 +229,7 @@ class CapTools:
         """Versions, newest first, each with a unified diff to its predecessor."""
         params = parse_params(HistoryParams, arguments)
         record, versions, alias = await self._registry.history(scope, params.name)
-        entries: list[dict[str, Any]] = []
-        for index, version in enumerate(versions):
-            previous = versions[index + 1] if index + 1 < len(versions) else None
-            old = (previous.code or previous.code_url or "") if previous else ""
-            new = version.code or version.code_url or ""
-            entries.append(
-                {
-                    "version": version.version,
-                    "version_tag": version.version_tag,
-                    "updated_at": version.updated_at.isoformat(),
-                    "updated_by": version.updated_by,
-                    "change_summary": version.change_summary,
-                    "diff": unified_diff(
-                        old,
-                        new,
-                        f"{record.display_name}@v{version.version - 1}",
-                        f"{record.display_name}@v{version.version}",
-                    ),
-                }
-            )
-        result: dict[str, Any] = {
-            "fqdn": record.fqdn,
-            "display_name": record.display_name,
-            "versions": entries,
-        }
+        result = history_answer(record.fqdn, record.display_name, versions)
         if alias is not None:
             result["deprecatedAlias"] = alias
         return result

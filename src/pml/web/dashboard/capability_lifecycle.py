@@ -30,7 +30,7 @@ from starlette.routing import Route
 from pml.errors import Forbidden, InvalidInput, NameTaken, NotFound, PmlError
 from pml.registry.lifecycle import CapabilityLifecycle
 from pml.registry.scope import Scope
-from pml.registry.versions import unified_diff
+from pml.registry.tools import history_answer
 from pml.storage.capability_repo import SqlCapabilityRepository, find_visible
 from pml.storage.database import Database
 from pml.web.api_lifecycle import archive_checked, tag_version
@@ -153,24 +153,7 @@ async def archived_history(db: Database, whois: Mapping[str, Any]) -> dict[str, 
     fqdn, name = str(whois["fqdn"]), str(whois.get("display_name", ""))
     async with db.read() as conn:
         versions = await SqlCapabilityRepository(conn).versions_of(fqdn)
-    entries: list[dict[str, Any]] = []
-    previous = ""
-    for version in versions:  # oldest first
-        new = version.code or version.code_url or ""
-        entries.append(
-            {
-                "version": version.version,
-                "version_tag": version.version_tag,
-                "updated_at": version.updated_at.isoformat(),
-                "updated_by": version.updated_by,
-                "change_summary": version.change_summary,
-                "diff": unified_diff(
-                    previous, new, f"{name}@v{version.version - 1}", f"{name}@v{version.version}"
-                ),
-            }
-        )
-        previous = new
-    return {"fqdn": fqdn, "display_name": name, "versions": list(reversed(entries))}
+    return history_answer(fqdn, name, list(reversed(versions)))
 
 
 async def marks_of(
