@@ -375,3 +375,64 @@ async def test_upgrading_to_0010_rolls_existing_tool_usage_up_per_day(blank_url:
         assert (rows["2025-01-03"].calls, rows["2025-01-03"].lat_le_5) == (1, 1)
     finally:
         await db.close()
+
+
+async def test_upgrading_to_0011_copies_version_tags_and_keeps_records_active(
+    blank_url: str,
+) -> None:
+    from pml.storage.tables import capability_version_tags, capability_versions
+
+    db = await Database.open(blank_url, migrate=False)
+    try:
+        await db.upgrade("0010")
+        now = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+        fqdn = "acme.webapp.fs.reader.a7f3"
+        common = {"parameters_schema": {}, "tools_used": [], "routing": "cloud"}
+        async with db.transaction() as conn:  # the columns 0010 has, no more
+            await conn.execute(
+                capability_records.insert().values(
+                    fqdn=fqdn,
+                    id="5f0c6f8e-0000-4000-8000-000000000001",
+                    org="acme",
+                    project="webapp",
+                    display_name="reader",
+                    named=True,
+                    namespace="fs",
+                    action="reader",
+                    tool_name="mcp__fs__reader",
+                    hash="a7f3",
+                    code="return 3",
+                    code_hash="c" * 64,
+                    tags=[],
+                    version=3,
+                    created_by="erwan",
+                    created_at=now,
+                    updated_by="erwan",
+                    updated_at=now,
+                    **common,
+                )
+            )
+            for version, tag in ((1, "v1.0.0"), (2, None), (3, "v1.0.0")):  # a repeated tag
+                await conn.execute(
+                    capability_versions.insert().values(
+                        capability_fqdn=fqdn,
+                        version=version,
+                        version_tag=tag,
+                        code=f"return {version}",
+                        updated_by="erwan",
+                        updated_at=now,
+                        **common,
+                    )
+                )
+        await db.upgrade()
+        async with db.read() as conn:
+            tags = (await conn.execute(sa.select(capability_version_tags))).all()
+        assert [(row.capability_fqdn, row.tag, row.version) for row in tags] == [
+            (fqdn, "v1.0.0", 1)  # the lowest version keeps a repeated tag
+        ]
+        registry = CapabilityRegistry(db)
+        scope = Scope("acme", "webapp", "erwan")
+        assert (await registry.resolve(scope, "reader@v1.0.0")).version.code == "return 1"
+        assert (await registry.resolve(scope, "reader")).record.archived is False
+    finally:
+        await db.close()

@@ -48,11 +48,10 @@ from pml.storage.tables import (
 )
 
 MAX_VISIBLE_FQDNS = 500
-# A version's tag: set with the version, or later (``pml cap tag``) in the tag table.
+# A version's tag is the tag table's (set with the version or later, ``pml cap tag``; 0011
+# copied the older ones in), never the version row's column, which may repeat a tag.
 VERSION_COLUMNS = [
-    sa.func.coalesce(version_tags.c.tag, versions.c.version_tag).label(name)
-    if name == "version_tag"
-    else versions.c[name]
+    version_tags.c.tag.label(name) if name == "version_tag" else versions.c[name]
     for name in VersionRecord.__slots__  # type: ignore[attr-defined]
 ]
 SORT_COLUMNS = {

@@ -138,9 +138,6 @@ class SqlLifecycleRepository:
 
     async def tag_owner(self, fqdn: str, tag: str) -> int | None:
         """The version of ``fqdn`` that carries ``tag``, if any."""
-        vt, v = version_tags.c, versions.c
-        query = sa.union_all(
-            sa.select(vt.version).where(vt.capability_fqdn == fqdn, vt.tag == tag),
-            sa.select(v.version).where(v.capability_fqdn == fqdn, v.version_tag == tag),
-        )
+        vt = version_tags.c
+        query = sa.select(vt.version).where(vt.capability_fqdn == fqdn, vt.tag == tag)
         return (await self.conn.execute(query)).scalars().first()
