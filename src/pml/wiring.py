@@ -6,8 +6,7 @@ registry = CapabilityRegistry(db, routing=routing_rules(settings))
 
 from __future__ import annotations
 
-from pml.config import Settings
-from pml.execution.registry_calls import PML_NAMESPACE
+from pml.config import RESERVED_SERVER_NAME, Settings
 from pml.registry.scope import Scope
 from pml.registry.service import RoutingRules
 
@@ -20,5 +19,5 @@ def scope_of(settings: Settings) -> Scope:
 def routing_rules(settings: Settings) -> RoutingRules:
     """The ``[routing]`` patterns as the registry takes them; PML's own tools (``pml:cap_list``
     ..., called from snippets) run in the gateway and never make code local."""
-    cloud = (*settings.routing.cloud, PML_NAMESPACE)
+    cloud = (*settings.routing.cloud, RESERVED_SERVER_NAME)
     return RoutingRules(cloud=cloud, local=tuple(settings.routing.local))

@@ -366,12 +366,14 @@ return {"tz": now["timezone"], "server": server["display_name"], "missing": miss
 async def test_a_capability_in_the_reserved_namespace_is_called_by_its_name(
     execute: Execute,
 ) -> None:
-    created = await execute(code="return await mcp.pml.cap_list()", name="lister")
-    record = await execute.record("lister")
-    assert record.tool_name == "mcp__pml__lister"  # its first tool's namespace: pml
+    await execute(code="return await mcp.pml.cap_list()", name="counter")
+    # PML's own tools give no namespace of their own: the code one
+    assert (await execute.record("counter")).tool_name == "mcp__code__counter"
+    created = await execute(code="return await mcp.pml.cap_list(limit=1)", name="pml:lister")
+    assert (await execute.record("pml:lister")).tool_name == "mcp__pml__lister"
     error = await execute.error(code="return await mcp.pml.lister()")
     assert error["code"] == "UNKNOWN_TOOL"
-    assert 'the capability lister is called as mcp["lister"]' in error["message"]
-    by_name = await execute(code='return (await mcp["lister"]())["total"]')
+    assert 'the capability pml:lister is called as mcp["pml:lister"]' in error["message"]
+    by_name = await execute(code='return (await mcp["pml:lister"]())["total"]')
     assert by_name["result"] >= 1
     assert by_name["toolsUsed"][0] == created["capabilityFqdn"]

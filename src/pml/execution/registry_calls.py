@@ -49,6 +49,7 @@ from typing import Any, Final
 
 import anyio
 
+from pml.config import RESERVED_SERVER_NAME
 from pml.discovery.base import Discoverer
 from pml.errors import NotAvailable, PmlError
 from pml.execution.spellings import folded_matches
@@ -58,7 +59,7 @@ from pml.registry.service import CapabilityRegistry
 from pml.registry.tools import CapTools, parse_params
 from pml.sandbox.base import SnippetToolError
 
-PML_NAMESPACE: Final = "pml"
+PML_NAMESPACE: Final = RESERVED_SERVER_NAME
 READ_ONLY_TOOLS: Final = ("cap_list", "cap_lookup", "cap_whois", "cap_history", "pml_discover")
 WRITING_TOOLS: Final = ("cap_rename", "cap_curate", "pml_execute")
 # Errors the tool answers about what it was asked: the snippet's ToolError (catchable).
