@@ -8,11 +8,14 @@ names; a deprecated capability warns every caller.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 import anyio
+import mcp_types
 import pytest
+from mcp import Client
 
 from e2e.support import (
     Upstream,
@@ -36,6 +39,19 @@ PARIS_TOO = PARIS.replace("converted", "in_paris")
 async def _cli(config: Path, *args: str) -> dict[str, object]:
     out = await anyio.to_thread.run_sync(partial(pml_cli, config, *args, "--json"))
     return json.loads(out)
+
+
+async def _listed_after_notice(
+    client: Client, heard: ListChanged, shows: Callable[[dict[str, mcp_types.Tool]], bool]
+) -> dict[str, mcp_types.Tool]:
+    """The client's tools once a ``tools/list_changed`` led to a list that ``shows`` the
+    change (notifications of earlier changes may still be on their way)."""
+    with anyio.fail_after(15):
+        while True:
+            await heard.wait(timeout_s=15)
+            tools = await tool_names(client)
+            if shows(tools):
+                return tools
 
 
 async def test_archive_tag_id_and_deprecation_through_a_real_client_and_the_cli(
@@ -109,9 +125,13 @@ async def test_archive_tag_id_and_deprecation_through_a_real_client_and_the_cli(
         )
         assert replacement["status"] == "success"
         await _cli(config, "cap", "deprecate", "clock:noon", "--replaced-by", "clock:paris")
-        await heard.wait(timeout_s=10)  # another process: seen by the gateway's poll
-        tools = await tool_names(client)
-        assert (tools["mcp__clock__noon"].description or "").startswith("DEPRECATED: ")
+        # another process: seen by the gateway's poll, then told to the client
+        tools = await _listed_after_notice(
+            client,
+            heard,
+            lambda tools: (tools["mcp__clock__noon"].description or "").startswith("DEPRECATED: "),
+        )
+        assert "clock:paris" in (tools["mcp__clock__noon"].description or "")
         called = await client.call_tool("mcp__clock__noon", {})
         assert called.is_error is False
         assert any("Warning: Capability 'clock:noon' is deprecated" in getattr(block, "text", "")
@@ -126,8 +146,7 @@ async def test_archive_tag_id_and_deprecation_through_a_real_client_and_the_cli(
         # FQDN still answers for history.
         archived = await _cli(config, "cap", "archive", "clock:noon")
         assert archived["archived"] is True
-        await heard.wait(timeout_s=10)
-        assert "mcp__clock__noon" not in await tool_names(client)
+        await _listed_after_notice(client, heard, lambda tools: "mcp__clock__noon" not in tools)
         gone = await client.call_tool("pml_execute", {"intent": "noon", "capability": "clock:noon"})
         assert error_of(gone)["code"] == "NOT_FOUND"
         whois = result_json(
