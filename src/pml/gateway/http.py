@@ -1,16 +1,16 @@
-"""The gateway over streamable HTTP: ``/mcp`` (both protocol generations), ``GET /health``,
-and the web face beside it (``pml.web``): the REST API under ``/api`` and the dashboard
-under ``/`` and ``/ui/``.
+"""The gateway over streamable HTTP: ``/mcp`` (both protocol generations), ``GET /health``
+(alive), ``GET /ready`` (may serve: ``readiness``), and the web face beside it
+(``pml.web``): the REST API under ``/api`` and the dashboard under ``/`` and ``/ui/``.
 
     async with open_gateway(settings) as gateway:
         app = create_app(gateway)            # Starlette; API keys checked on every request
         ...
     await serve_http(settings, "127.0.0.1", 8765)   # the same, under uvicorn, until Ctrl-C
 
-Every request except ``GET /health`` and the dashboard's pages (which sign people in with
-a session cookie) needs ``Authorization: Bearer <api key>`` (``pml.web.auth``). The key's
-digest becomes the MCP session owner, so a session opened with one key cannot be used with
-another.
+Every request except ``GET /health``, ``GET /ready`` and the dashboard's pages (which sign
+people in with a session cookie) needs ``Authorization: Bearer <api key>``
+(``pml.web.auth``). The key's digest becomes the MCP session owner, so a session opened
+with one key cannot be used with another.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from starlette.routing import Route
 from pml import __version__
 from pml.config import Settings
 from pml.gateway.notify import ToolListNotifier
+from pml.gateway.readiness import readiness
 from pml.gateway.server import Gateway, open_gateway
 from pml.registry.scope import Principal
 from pml.storage.catalog_repo import CatalogStore
@@ -122,7 +123,12 @@ def create_app(
         ]
         return JSONResponse({"status": "ok", "version": __version__, "upstream": upstream})
 
-    routes = [Route("/health", health, methods=["GET"])]
+    async def ready(_request: Request) -> Response:
+        ok, checks = await readiness(gateway.db, gateway.pool)
+        status = "ready" if ok else "not ready"
+        return JSONResponse({"status": status, "checks": checks}, status_code=200 if ok else 503)
+
+    routes = [Route("/health", health, methods=["GET"]), Route("/ready", ready, methods=["GET"])]
     app = gateway.server.streamable_http_app(host=host, custom_starlette_routes=routes)
     services = web_services_of(gateway)
     app.router.routes.extend(web_routes(services, authenticate=as_key_check(authenticate)))

@@ -38,7 +38,7 @@ DASHBOARD_ROOT = "/"
 # A bare Scope (older or test authenticators) stands for an ``agent`` key of that scope.
 Authenticate = Callable[[str], Awaitable[Principal | Scope | None]]
 
-OPEN_PATHS = frozenset({"/health"})
+OPEN_PATHS = frozenset({"/health", "/ready"})
 Owner = Callable[[str, Principal], object]
 MAX_TOKEN_LENGTH = 512
 BEARER = re.compile(r"Bearer +([A-Za-z0-9._~+/-]+=*) *", re.IGNORECASE)
