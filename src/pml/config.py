@@ -53,6 +53,8 @@ from pml.sections import PolicySettings as PolicySettings
 from pml.sections import RoutingSettings as RoutingSettings
 from pml.sections import SandboxSettings as SandboxSettings
 from pml.sections import UpstreamSettings as UpstreamSettings
+from pml.sections_ops import LogSettings as LogSettings
+from pml.sections_ops import TelemetrySettings as TelemetrySettings
 
 logger = logging.getLogger(__name__)
 
@@ -180,6 +182,8 @@ class Settings(BaseSettings):
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
     discovery: DiscoverySettings = Field(default_factory=DiscoverySettings)
     curation: CurationSettings = Field(default_factory=CurationSettings)
+    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
+    log: LogSettings = Field(default_factory=LogSettings)
 
     @classmethod
     def settings_customise_sources(

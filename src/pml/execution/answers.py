@@ -47,6 +47,15 @@ def limits_for(limits: SandboxSettings, params: ExecuteParams) -> SandboxSetting
     return limits.model_copy(update={"wall_time_s": wall})
 
 
+def mode_of(params: ExecuteParams) -> str:
+    """How a ``pml_execute`` call runs, as its metrics and spans name it."""
+    if params.continue_workflow is not None:
+        return "continue"
+    if params.code is not None:
+        return "code"
+    return "capability" if params.capability is not None else "suggestions"
+
+
 def stored_request(params: ExecuteParams) -> dict[str, Any]:
     """The request as a paused workflow keeps it (``continue_workflow`` dropped)."""
     return params.model_dump(mode="json", exclude={"continue_workflow"}, exclude_none=True)

@@ -55,6 +55,7 @@ from pml.registry.scope import Scope
 from pml.registry.service import CapabilityRegistry
 from pml.sandbox.base import RunOutcome, SandboxEngine, SnippetToolError
 from pml.storage.database import Database
+from pml.telemetry import observe
 from pml.upstream.base import UpstreamPool
 
 logger = logging.getLogger(__name__)
@@ -96,6 +97,12 @@ class ExecuteService:
 
     async def execute(self, scope: Scope, params: ExecuteParams) -> dict[str, Any]:
         """The ``pml_execute`` answer (SPEC §5); a failure raises its ``PmlError``."""
+        with observe.step("execute", mode=answers.mode_of(params)) as step:
+            answer = await self._execute(scope, params)
+            step.outcome = str(answer.get("status", "ok"))
+            return answer
+
+    async def _execute(self, scope: Scope, params: ExecuteParams) -> dict[str, Any]:
         if params.continue_workflow is not None:
             return await self._continue(scope, params)
         if params.code is None and params.capability is None:
@@ -110,13 +117,16 @@ class ExecuteService:
         """A named capability called as an MCP tool: the by-name path, named ones only.
 
         Its policy is decided from the capability's stored intent."""
-        resolved = await self._registry.resolve(scope, ref)
-        intent = resolved.record.intent or resolved.record.display_name
-        request = await self._begin(scope, intent, "capability_tool")
-        resume = {"mode": "tool", "intent": intent, "ref": ref, "args": args}
-        return await self._by_name(
-            scope, ref, args, self._limits, request, Journal(), resume, named_only=True
-        )
+        with observe.step("execute", mode="capability_tool") as step:
+            resolved = await self._registry.resolve(scope, ref)
+            intent = resolved.record.intent or resolved.record.display_name
+            request = await self._begin(scope, intent, "capability_tool")
+            resume = {"mode": "tool", "intent": intent, "ref": ref, "args": args}
+            answer = await self._by_name(
+                scope, ref, args, self._limits, request, Journal(), resume, named_only=True
+            )
+            step.outcome = str(answer.get("status", "ok"))
+            return answer
 
     async def _begin(self, scope: Scope, intent: str, source: str) -> RequestPolicy | None:
         if self._policy is None:

@@ -37,6 +37,7 @@ from pydantic import ValidationError
 from pml.errors import PmlError
 from pml.gateway.tools import GatewayTools
 from pml.registry.scope import Scope
+from pml.telemetry import observe
 
 logger = logging.getLogger(__name__)
 
@@ -275,11 +276,17 @@ class ToolCallLane:
     async def _call(
         self, name: str, target: tuple[str, str] | None, arguments: dict[str, Any] | None
     ) -> dict[str, Any]:
-        if target is not None:
-            server, tool = target
-            return await self._tools.call_pass_through(self._scope, server, tool, arguments)
-        result = await self._tools.call_tool(self._scope, name, arguments)
-        return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+        with observe.step("tool_call", tool=name, lane="stdio") as step:
+            if target is not None:
+                server, tool = target
+                answer = await self._tools.call_pass_through(self._scope, server, tool, arguments)
+                if answer.get("isError") is True:
+                    step.outcome = "tool_error"
+                return answer
+            result = await self._tools.call_tool(self._scope, name, arguments)
+            if result.is_error:
+                step.outcome = "tool_error"
+            return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     def _response(self, request_id: RequestId, version: str, result: dict[str, Any]) -> bytes:
         modern = version in MODERN_PROTOCOL_VERSIONS

@@ -55,6 +55,7 @@ from pml.registry.scope import Principal, Scope
 from pml.registry.service import CapabilityRegistry
 from pml.registry.tools import CapTools
 from pml.storage.database import Database
+from pml.telemetry import observe
 from pml.upstream.base import UpstreamPool
 from pml.upstream.children import terminate_children
 from pml.web.auth import PRINCIPAL_STATE_KEY, SCOPE_STATE_KEY
@@ -160,12 +161,17 @@ def build_server(
         except PmlError as error:
             return error_result(error)
         notifier.track(ctx, scope)
-        with calling_as(caller_client(ctx), caller_key(ctx)):
+        with (
+            calling_as(caller_client(ctx), caller_key(ctx)),
+            observe.step("tool_call", tool=params.name, lane="mcp") as step,
+        ):
             if edge is not None and (params.request_state is not None or params.input_responses):
                 return await edge.answered(ctx, scope, params)  # a person's answer to our form
             result = await tools.call_tool(scope, params.name, params.arguments)
             if edge is not None and tools.may_wait(params.name):
-                return await edge.settle(ctx, scope, params.name, params.arguments, result)
+                result = await edge.settle(ctx, scope, params.name, params.arguments, result)
+            if isinstance(result, mcp_types.CallToolResult) and result.is_error:
+                step.outcome = "tool_error"
             return result
 
     server = GatewayServer(

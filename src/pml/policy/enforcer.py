@@ -39,6 +39,7 @@ from pml.policy.model import (
 from pml.policy.permissions import CallFacts, Grant, PermissionRules
 from pml.policy.scrub import scrub
 from pml.registry.scope import Scope
+from pml.telemetry import observe
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +113,14 @@ class PolicyEnforcer:
         request_id: str | None = None,
     ) -> RequestPolicy:
         """Classify ``intent`` (None: a direct call) and decide the request's policy."""
+        with observe.step("policy", source=source) as step:
+            request = await self._decide(scope, intent, source, request_id)
+            step.set(intent=request.router.intent, rule=request.decision.rule)
+            return request
+
+    async def _decide(
+        self, scope: Scope, intent: str | None, source: str, request_id: str | None
+    ) -> RequestPolicy:
         request_id = request_id or uuid.uuid4().hex[:16]
         try:
             router = DIRECT if intent is None else await self._router.route(intent)

@@ -31,6 +31,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from types import TracebackType
 from typing import Any, Self
@@ -45,6 +46,7 @@ from pml.sandbox.bridge import RunBridge
 from pml.sandbox.failures import MAX_RECURSION_DEPTH, timeout_error, translate
 from pml.sandbox.jsonvalue import NotJsonError, json_size, json_value
 from pml.sandbox.program import BRIDGE, Program, prepare
+from pml.telemetry import observe
 
 # Host round trips a run may make besides tool calls (name lookups of undefined names,
 # sleeps, future resolutions); each tool call may take up to three.
@@ -115,7 +117,8 @@ class MontyEngine:
         pool = await self._started()
         bridge = RunBridge(caller, limits, asyncio.get_running_loop())
         try:
-            value = await self._feed(pool, program, inputs, bridge, limits)
+            with observe.step("sandbox"):
+                value = await self._feed(pool, program, inputs, bridge, limits)
         finally:
             await bridge.settle()
         if bridge.failure is not None:  # e.g. a PmlError the snippet caught
@@ -136,9 +139,10 @@ class MontyEngine:
         bridge: RunBridge,
         limits: SandboxSettings,
     ) -> Any:
-        async with pool.checkout(
-            limits=_resource_limits(limits), os_policy=_os_policy(limits)
-        ) as session:
+        async with contextlib.AsyncExitStack() as stack:
+            checkout = pool.checkout(limits=_resource_limits(limits), os_policy=_os_policy(limits))
+            with observe.step("sandbox_wait"):  # all workers busy: the run queues here
+                session = await stack.enter_async_context(checkout)
             with anyio.CancelScope(deadline=anyio.current_time() + limits.wall_time_s) as scope:
                 bridge.attach(scope)
                 try:

@@ -24,7 +24,7 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 import anyio
 import anyio.abc
@@ -44,6 +44,7 @@ from pml.errors import (
     UpstreamUnavailable,
 )
 from pml.storage.catalog_repo import CatalogStore
+from pml.telemetry import observe
 from pml.upstream.base import ServerStatus, ToolsChangedListener, UpstreamTool
 from pml.upstream.connection import ServerConnection
 from pml.upstream.messages import (
@@ -248,8 +249,13 @@ class ClientPool:
                 raise unknown_tool(server, tool, run.tools, self._elsewhere(server, tool))
             started = time.perf_counter()
             try:
-                with anyio.fail_after(timeout):
+                with (
+                    observe.step("upstream_call", server=server, tool=tool) as step,
+                    anyio.fail_after(timeout),
+                ):
                     result = await send(run, tool, args)
+                    if _is_error(result):
+                        step.outcome = "tool_error"
             except TimeoutError:
                 raise ExecutionTimeout(
                     f"Upstream tool {server}:{show(tool)} did not answer within {timeout:g} s",
@@ -393,6 +399,12 @@ class ClientPool:
             for name, conn in self._connections.items()
             if name != server and any(known.name == tool for known in conn.known_tools())
         ]
+
+
+def _is_error(result: object) -> bool:
+    if isinstance(result, mcp_types.CallToolResult):
+        return result.is_error is True
+    return isinstance(result, dict) and cast("dict[str, Any]", result).get("isError") is True
 
 
 def _is_text(value: object) -> bool:

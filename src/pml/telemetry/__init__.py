@@ -1,0 +1,1 @@
+"""Observing a running gateway: metrics, traces and logs (SPEC §11)."""
