@@ -7,6 +7,7 @@ API key (``pml keys create``), except ``GET /health``.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from typing import Annotated
@@ -21,7 +22,9 @@ from pml.cli.common import (
     run_command,
     with_debug_routing,
 )
+from pml.config import Settings
 from pml.errors import ConfigError, InvalidInput
+from pml.telemetry.setup import telemetry_running
 
 _HOST_PORT = re.compile(
     r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9.-]+)):(?P<port>\d{1,5})"
@@ -77,26 +80,29 @@ def register(app: typer.Typer) -> None:
             settings = with_debug_routing(load_cli_settings(ctx, config), debug_routing)
             if settings.permissions.agent_may_approve:
                 print(AGENT_MAY_APPROVE_WARNING, file=sys.stderr, flush=True)
-            if address is None:
-                from pml.gateway.server import serve_stdio
-
-                await serve_stdio(settings, llm_api_key=llm_key(settings))
-                return
-            from pml.gateway.http import serve_http
-
-            host, port = address
-            try:
-                await serve_http(
-                    settings, host, port, ready=_announce, llm_api_key=llm_key(settings)
-                )
-            except OSError as error:
-                reason = error.strerror or str(error)
-                raise ConfigError(f"cannot serve HTTP on {host}:{port}: {reason}") from None
+            with telemetry_running(settings, os.environ):
+                await _serve(settings, address)
 
         try:
             run_command(body)
         except KeyboardInterrupt:
             raise typer.Exit(code=130) from None
+
+
+async def _serve(settings: Settings, address: tuple[str, int] | None) -> None:
+    if address is None:
+        from pml.gateway.server import serve_stdio
+
+        await serve_stdio(settings, llm_api_key=llm_key(settings))
+        return
+    from pml.gateway.http import serve_http
+
+    host, port = address
+    try:
+        await serve_http(settings, host, port, ready=_announce, llm_api_key=llm_key(settings))
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise ConfigError(f"cannot serve HTTP on {host}:{port}: {reason}") from None
 
 
 def _announce(url: str) -> None:

@@ -276,7 +276,7 @@ class ToolCallLane:
     async def _call(
         self, name: str, target: tuple[str, str] | None, arguments: dict[str, Any] | None
     ) -> dict[str, Any]:
-        with observe.step("tool_call", tool=name, lane="stdio") as step:
+        with observe.step("tool_call", tool=name, lane="stdio", user=self._scope.user) as step:
             if target is not None:
                 server, tool = target
                 answer = await self._tools.call_pass_through(self._scope, server, tool, arguments)

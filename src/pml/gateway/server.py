@@ -162,8 +162,10 @@ def build_server(
             return error_result(error)
         notifier.track(ctx, scope)
         with (
-            calling_as(caller_client(ctx), caller_key(ctx)),
-            observe.step("tool_call", tool=params.name, lane="mcp") as step,
+            calling_as(caller_client(ctx), key := caller_key(ctx)),
+            observe.step(
+                "tool_call", tool=params.name, lane="mcp", key=key or "", user=scope.user
+            ) as step,
         ):
             if edge is not None and (params.request_state is not None or params.input_responses):
                 return await edge.answered(ctx, scope, params)  # a person's answer to our form
