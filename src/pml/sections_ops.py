@@ -15,9 +15,11 @@ slow_call_ms = 2000                # a warning for calls slower than this (0: of
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 LOGGER_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]{0,199}$"
@@ -30,15 +32,43 @@ class TelemetrySettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # Spans are exported when this is true, or when the standard OTEL_EXPORTER_OTLP_ENDPOINT
-    # (or ..._TRACES_ENDPOINT) variable is set and OTEL_SDK_DISABLED is not "true".
+    # (or ..._TRACES_ENDPOINT) variable is set; OTEL_SDK_DISABLED=true turns both off.
     traces: bool = False
-    # OTLP over HTTP/protobuf; None: OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, else the OTLP
-    # default http://localhost:4318.
-    otlp_endpoint: str | None = Field(default=None, pattern=r"^https?://")
-    service_name: str = Field(default="pml", min_length=1, max_length=200)
-    sample_ratio: float = Field(default=1.0, ge=0, le=1)
+    # OTLP over HTTP/protobuf, a collector's base URL (/v1/traces is added) or its full
+    # traces URL; None: OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, else http://localhost:4318.
+    otlp_endpoint: str | None = Field(default=None, max_length=2000)
+    # The resource's service.name; when not given here, OTEL_SERVICE_NAME, else "pml".
+    service_name: str = Field(
+        default="pml", min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$"
+    )
+    # The share of new traces kept (a client's sampled flag is followed); when not given
+    # here, OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG, else every trace.
+    sample_ratio: float = Field(default=1.0, ge=0, le=1, allow_inf_nan=False)
     # GET /metrics answers an admin key, or this bearer token (for a Prometheus scraper).
     metrics_token: str | None = Field(default=None, min_length=16, max_length=512)
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _collector_url(cls, value: str | None) -> str | None:
+        """Only ``http(s)://host[:port][/path]``: no credentials, query or control characters."""
+        if value is None:
+            return None
+        if re.search(r"[\x00-\x20\x7f]", value):
+            raise ValueError("must be a URL without spaces or control characters")
+        try:
+            parsed = urlsplit(value)
+            port = parsed.port
+        except ValueError as error:
+            raise ValueError(f"is not a URL: {error}") from None
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError("must be an http:// or https:// URL with a host")
+        if port == 0:
+            raise ValueError("must name a port from 1 to 65535")
+        if parsed.username is not None or parsed.password is not None:
+            raise ValueError("must not hold credentials (use OTEL_EXPORTER_OTLP_HEADERS)")
+        if parsed.query or parsed.fragment:
+            raise ValueError("must not have a query or a fragment")
+        return value
 
 
 class LogSettings(BaseModel):
