@@ -90,6 +90,8 @@ class ServerConnection:
         self._retry_at = 0.0
         self._in_flight = 0
         self._last_used = 0.0
+        self._supervisors = 0  # supervisor tasks still running (an old one may be closing)
+        self._all_closed: anyio.Event | None = None
 
     # -- the pool's side -------------------------------------------------------------------
 
@@ -103,6 +105,9 @@ class ServerConnection:
         """Start a new session in its own supervisor task."""
         run = Run(self.name)
         self._hooks.spawn(partial(self._supervise, run))  # raises when the pool has stopped
+        if self._supervisors == 0:
+            self._all_closed = anyio.Event()
+        self._supervisors += 1
         self._run = run
         self._set_state("starting")
         return run
@@ -119,6 +124,26 @@ class ServerConnection:
         if not run.started and run.scope is not None:
             run.scope.cancel()
         run.wake.set()
+
+    async def close(self, grace_s: float) -> bool:
+        """Stop for good and wait until every session of this server has closed; after
+        ``grace_s`` the session is cancelled (its process stopped). False if it still runs."""
+        self.request_stop()
+        for attempt in range(2):
+            closed = self._all_closed
+            if closed is None or self._supervisors == 0:
+                return True
+            if attempt == 1 and self._run is not None and self._run.scope is not None:
+                self._run.scope.cancel()
+            with anyio.move_on_after(grace_s):
+                await closed.wait()
+        return self._supervisors == 0
+
+    def retune(self, settings: UpstreamSettings) -> None:
+        """Use new timeouts from now on (a reload); an idle deadline is recomputed at once."""
+        self._settings = settings
+        if self._run is not None:
+            self._run.wake.set()
 
     def known_tools(self) -> list[mcp_types.Tool]:
         """The catalog ``list_tools`` shows: the live one, else the stored one (lazy only)."""
@@ -239,6 +264,9 @@ class ServerConnection:
             run.session = None
             self._on_finished(run, outcome)
             run.settled.set()
+            self._supervisors -= 1
+            if self._supervisors == 0 and self._all_closed is not None:
+                self._all_closed.set()
 
     async def _open_and_serve(
         self, run: Run, stack: AsyncExitStack, scope: anyio.CancelScope

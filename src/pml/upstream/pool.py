@@ -8,80 +8,72 @@
     async with pool:                                   # or: await pool.start() ... pool.stop()
         tools = await pool.list_tools()                # [UpstreamTool(server="time", ...), ...]
         result = await pool.call_tool("time", "get_current_time", {"timezone": "UTC"})
+        await pool.reconfigure({"time": ServerSettings(command="mcp-server-time"),
+                                "git": ServerSettings(command="mcp-server-git")})  # git starts
 
 ``start()`` starts every non-lazy server in parallel (a broken one is ``failed`` and never
 stops the others); lazy servers start on their first call and stop after ``idle_timeout_s``
 without calls. Sessions live in supervisor tasks under one task group, hosted by a task of
 the pool's own so that ``start()`` and ``stop()`` need not be called from the same task;
-when a catalog store is given, catalogs and every state change are written to it.
+when a catalog store is given, catalogs and every state change are written to it
+(``status_report``). ``reconfigure()`` (a reload) starts added servers, stops removed ones
+and restarts changed ones (the old session is closed before the new one starts; calls to it
+wait meanwhile), leaving the others' sessions alone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any, Final, TypeVar, cast
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
 
 import anyio
 import anyio.abc
 import mcp_types
-from mcp.shared.exceptions import MCPError
-from pydantic import BaseModel, ConfigDict, ValidationError
-from pydantic_core import PydanticSerializationError
 from sqlalchemy.exc import SQLAlchemyError
 
 from pml.config import UpstreamSettings
 from pml.errors import (
-    ExecutionTimeout,
-    InvalidArgs,
     InvalidInput,
     PmlError,
-    ToolCallError,
     UpstreamUnavailable,
 )
 from pml.storage.catalog_repo import CatalogStore
-from pml.telemetry import observe
 from pml.upstream.base import ServerStatus, ToolsChangedListener, UpstreamTool
+from pml.upstream.calls import Result, Send, raw_call, send_call, typed_call
 from pml.upstream.connection import ServerConnection
 from pml.upstream.messages import (
     check_arguments,
     check_timeout,
-    show,
     unknown_server,
     unknown_tool,
 )
 from pml.upstream.session import ConnectionHooks, Run
+from pml.upstream.status_report import StatusReporter
 from pml.upstream.transport import UpstreamTarget
 
 logger = logging.getLogger(__name__)
 
-_Result = TypeVar("_Result")
-
-
-class _RawResult(BaseModel):
-    """A result kept as the server's JSON object (the SDK still checks it against the protocol)."""
-
-    model_config = ConfigDict(extra="allow")
-
-
-async def _typed_call(run: Run, tool: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
-    return await run.client.call_tool(tool, arguments)
-
-
-async def _raw_call(run: Run, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    request = mcp_types.CallToolRequest(
-        params=mcp_types.CallToolRequestParams(name=tool, arguments=arguments)
-    )
-    result = await run.client.session.send_request(request, _RawResult)
-    return dict(result.model_extra or {})
-
-
 STOP_GRACE_S: Final = 10.0  # then sessions still closing are cancelled (stdio still kills)
-REPORT_INTERVAL_S: Final = 5.0  # how often call latencies reach the status table
+
+
+@dataclass(frozen=True, slots=True)
+class PoolChanges:
+    """What a ``reconfigure`` did, by server name (``failed``: started, and failed)."""
+
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    restarted: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.removed or self.restarted)
 
 
 class ClientPool:
@@ -97,26 +89,31 @@ class ClientPool:
     ) -> None:
         self._settings = settings if settings is not None else UpstreamSettings()
         self._catalog = catalog
-        self._reporter_id = reporter_id or f"{socket.gethostname()}:{os.getpid()}"
-        hooks = ConnectionHooks(
+        self._hooks = ConnectionHooks(
             spawn=self._spawn,
             status_changed=self._status_changed,
             catalog_fetched=self._catalog_fetched,
             tools_changed=self._tools_changed,
         )
         self._connections = {
-            name: ServerConnection(name, target, self._settings, hooks)
+            name: ServerConnection(name, target, self._settings, self._hooks)
             for name, target in sorted(servers.items())
         }
+        self._retiring: set[ServerConnection] = set()  # removed or replaced, still closing
+        self._restarting: dict[str, anyio.Event] = {}  # calls wait until the new one starts
+        self._quiet: set[str] = set()  # reconfigure announces these servers' tools itself
         self._listeners: list[ToolsChangedListener] = []
         self._phase = "new"  # new → starting → running → stopping → stopped
         self._host: asyncio.Task[None] | None = None
         self._sessions: anyio.abc.TaskGroup | None = None
         self._stop_requested = anyio.Event()
         self._host_done = anyio.Event()
-        self._dirty: set[str] = set()
-        self._report_wake = anyio.Event()
-        self._flush_lock = anyio.Lock()
+        self._changing = anyio.Lock()  # start() and each reconfigure() run one at a time
+        self._reporter = StatusReporter(
+            catalog,
+            reporter_id or f"{socket.gethostname()}:{os.getpid()}",
+            connections=lambda: self._connections,
+        )
 
     async def __aenter__(self) -> ClientPool:
         await self.start()
@@ -134,20 +131,21 @@ class ClientPool:
                 raise RuntimeError("a stopped ClientPool cannot be started again")
             return
         self._phase = "starting"
-        await self._load_stored()
-        ready = anyio.Event()
-        self._host = asyncio.get_running_loop().create_task(self._run_host(ready))
-        await ready.wait()
-        runs: list[Run] = []
-        for conn in self._connections.values():
-            conn.activate()
-            if not conn.lazy and not conn.disabled:
-                runs.append(conn.begin_start())
-        for run in runs:
-            await run.settled.wait()
-        if self._phase == "starting":
-            self._phase = "running"
-        await self._flush(set(self._connections))
+        async with self._changing:
+            await self._reporter.load_stored(list(self._connections.values()))
+            ready = anyio.Event()
+            self._host = asyncio.get_running_loop().create_task(self._run_host(ready))
+            await ready.wait()
+            runs: list[Run] = []
+            for conn in self._connections.values():
+                conn.activate()
+                if not conn.lazy and not conn.disabled:
+                    runs.append(conn.begin_start())
+            for run in runs:
+                await run.settled.wait()
+            if self._phase == "starting":
+                self._phase = "running"
+        await self._reporter.flush(set(self._connections))
 
     async def stop(self) -> None:
         """Close every session and stop every child process (idempotent)."""
@@ -157,7 +155,7 @@ class ClientPool:
         started = self._host is not None
         self._phase = "stopping"
         if not started:
-            for conn in self._connections.values():
+            for conn in self._every_connection():
                 conn.request_stop()
             self._host_done.set()
         else:
@@ -165,18 +163,100 @@ class ClientPool:
             await self._host_done.wait()
         self._phase = "stopped"
         if started:
-            await self._flush(set(self._connections))
+            await self._reporter.flush(set(self._connections))
+
+    def targets(self) -> dict[str, UpstreamTarget]:
+        """What each server is configured as now, by name."""
+        return {name: conn.target for name, conn in self._connections.items()}
+
+    async def reconfigure(
+        self, servers: Mapping[str, UpstreamTarget], *, settings: UpstreamSettings | None = None
+    ) -> PoolChanges:
+        """Serve exactly ``servers`` from now on, with ``settings``' timeouts; returns once
+        every start has settled (a server that fails to start is ``failed``, as at start)."""
+        if self._phase in ("stopping", "stopped"):
+            raise UpstreamUnavailable("the upstream pool is stopped")
+        async with self._changing:
+            if settings is not None and settings != self._settings:
+                self._settings = settings
+                for conn in self._connections.values():
+                    conn.retune(settings)
+            old = self._connections
+            added = sorted(servers.keys() - old.keys())
+            removed = sorted(old.keys() - servers.keys())
+            restarted = sorted(
+                name for name in servers.keys() & old.keys() if old[name].target != servers[name]
+            )
+            fresh = {
+                name: ServerConnection(name, servers[name], self._settings, self._hooks)
+                for name in [*added, *restarted]
+            }
+            await self._reporter.load_stored(list(fresh.values()))
+            before = {name: old[name].known_tools() for name in [*removed, *restarted]}
+            leaving = [old[name] for name in [*removed, *restarted]]
+            # From here to the first await: the pool switches over as one step.
+            staying = {name: conn for name, conn in old.items() if name in servers}
+            self._connections = dict(sorted({**staying, **fresh}.items()))
+            self._retiring.update(leaving)
+            self._quiet.update(fresh)
+            running = self._phase == "running"
+            for name in restarted:
+                self._restarting[name] = anyio.Event()
+            for conn in leaving:
+                conn.request_stop()
+            try:
+                async with anyio.create_task_group() as group:
+                    for conn in fresh.values():
+                        if running:
+                            conn.activate()
+                        replaced = old.get(conn.name)
+                        group.start_soon(self._switch, replaced, conn if running else None)
+                    for name in removed:
+                        group.start_soon(self._switch, old[name], None)
+            finally:
+                self._quiet.difference_update(fresh)
+        changes = PoolChanges(
+            added=tuple(added),
+            removed=tuple(removed),
+            restarted=tuple(restarted),
+            failed=tuple(name for name, conn in fresh.items() if conn.state == "failed"),
+        )
+        final = [old[name].status() for name in removed]
+        await self._reporter.flush(set(fresh), final=final)
+        for name in [*added, *removed, *restarted]:
+            now = self._connections[name].known_tools() if name in self._connections else []
+            if now != before.get(name, []):
+                await self._tools_changed(name)
+        return changes
+
+    async def _switch(self, old: ServerConnection | None, new: ServerConnection | None) -> None:
+        """Close ``old`` (if any), then start ``new`` (if any, unless lazy or disabled)."""
+        run: Run | None = None
+        try:
+            if old is not None:
+                if await old.close(STOP_GRACE_S):
+                    self._retiring.discard(old)
+                else:
+                    logger.warning("upstream server %r: its old session did not close", old.name)
+        finally:
+            if new is not None and not new.lazy and not new.disabled:
+                with contextlib.suppress(UpstreamUnavailable):  # the pool is stopping meanwhile
+                    run = new.begin_start()
+            if old is not None and (gate := self._restarting.pop(old.name, None)) is not None:
+                gate.set()  # calls waiting for the restart find the new session starting
+        if run is not None:
+            await run.settled.wait()
 
     async def _run_host(self, ready: anyio.Event) -> None:
         try:
             async with anyio.create_task_group() as host:
-                host.start_soon(self._report_loop)
+                host.start_soon(self._reporter.run)
                 with anyio.CancelScope() as grace:
                     async with anyio.create_task_group() as sessions:
                         self._sessions = sessions
                         ready.set()
                         await self._stop_requested.wait()
-                        for conn in self._connections.values():
+                        for conn in self._every_connection():
                             conn.request_stop()
                         grace.deadline = anyio.current_time() + STOP_GRACE_S
                 self._sessions = None
@@ -187,6 +267,9 @@ class ClientPool:
             self._sessions = None
             ready.set()
             self._host_done.set()
+
+    def _every_connection(self) -> list[ServerConnection]:
+        return [*self._connections.values(), *self._retiring]
 
     def _spawn(self, supervise: Callable[[], Coroutine[Any, Any, None]]) -> None:
         if self._sessions is None:
@@ -212,7 +295,7 @@ class ClientPool:
         timeout_s: float | None = None,
     ) -> mcp_types.CallToolResult:
         """Call one tool and return the server's result unchanged (see ``UpstreamPool``)."""
-        return await self._call(server, tool, arguments, timeout_s, _typed_call)
+        return await self._call(server, tool, arguments, timeout_s, typed_call)
 
     async def call_tool_raw(
         self,
@@ -223,7 +306,7 @@ class ClientPool:
         timeout_s: float | None = None,
     ) -> dict[str, Any]:
         """``call_tool`` returning the result as the server's JSON object (see ``UpstreamPool``)."""
-        return await self._call(server, tool, arguments, timeout_s, _raw_call)
+        return await self._call(server, tool, arguments, timeout_s, raw_call)
 
     async def _call(
         self,
@@ -231,9 +314,14 @@ class ClientPool:
         tool: str,
         arguments: Mapping[str, Any] | None,
         timeout_s: float | None,
-        send: Callable[[Run, str, dict[str, Any]], Awaitable[_Result]],
-    ) -> _Result:
-        conn = self._connections.get(server) if _is_text(server) else None
+        send: Send[Result],
+    ) -> Result:
+        conn = None
+        if _is_text(server):
+            restarting = self._restarting.get(server) if self._restarting else None
+            if restarting is not None:  # a reload restarts it: wait for the new session
+                await restarting.wait()
+            conn = self._connections.get(server)
         if conn is None:
             raise unknown_server(server, list(self._connections))
         if not _is_text(tool) or not tool:
@@ -248,49 +336,7 @@ class ClientPool:
             if tool not in run.tools:
                 raise unknown_tool(server, tool, run.tools, self._elsewhere(server, tool))
             started = time.perf_counter()
-            try:
-                with (
-                    observe.step("upstream_call", server=server, tool=tool) as step,
-                    anyio.fail_after(timeout),
-                ):
-                    result = await send(run, tool, args)
-                    if _is_error(result):
-                        step.outcome = "tool_error"
-            except TimeoutError:
-                raise ExecutionTimeout(
-                    f"Upstream tool {server}:{show(tool)} did not answer within {timeout:g} s",
-                    server=server,
-                    tool=tool,
-                    timeout_s=timeout,
-                ) from None
-            except MCPError as error:
-                if error.code == mcp_types.CONNECTION_CLOSED or not run.usable():
-                    raise self._lost(conn, run, tool) from None
-                raise ToolCallError(
-                    f"Upstream server '{server}' refused {server}:{show(tool)}: {error.message}",
-                    server=server,
-                    tool=tool,
-                    upstream_code=error.code,
-                ) from None
-            except PydanticSerializationError as error:
-                raise InvalidArgs(
-                    f"Arguments for {server}:{show(tool)} are not JSON values: {error}"
-                ) from None
-            except ValidationError as error:
-                raise ToolCallError(
-                    f"Upstream server '{server}' returned an invalid result for "
-                    f"{server}:{show(tool)}: {error.error_count()} validation errors",
-                    server=server,
-                    tool=tool,
-                ) from None
-            except (RuntimeError, anyio.BrokenResourceError, anyio.ClosedResourceError) as error:
-                if not run.usable() or not isinstance(error, RuntimeError):
-                    raise self._lost(conn, run, tool) from None
-                raise ToolCallError(
-                    f"Upstream tool {server}:{show(tool)} failed: {error}",
-                    server=server,
-                    tool=tool,
-                ) from None
+            result = await send_call(conn, run, tool, args, timeout_s=timeout, send=send)
             latency_ms = (time.perf_counter() - started) * 1000
             return result
         finally:
@@ -307,13 +353,14 @@ class ClientPool:
     # -- hooks the connections call ----------------------------------------------------------
 
     def _status_changed(self, server: str) -> None:
-        self._dirty.add(server)
-        self._report_wake.set()
+        self._reporter.changed(server)
 
     async def _catalog_fetched(
         self, server: str, tools: Sequence[mcp_types.Tool]
     ) -> tuple[str, ...]:
-        conn = self._connections[server]
+        conn = self._connections.get(server)
+        if conn is None:
+            return ()  # removed by a reload while its last catalog was on its way
         if self._catalog is None:
             return conn.flagged
         try:
@@ -325,73 +372,17 @@ class ClientPool:
         return tuple(flagged.get(server, ()))
 
     async def _tools_changed(self, server: str) -> None:
-        if self._phase != "running":
-            return  # start() reports the initial catalogs through list_tools
+        if self._phase != "running" or server in self._quiet:
+            return  # start() reports the initial catalogs through list_tools, reconfigure its own
         for listener in list(self._listeners):
             try:
                 await listener(server)
             except Exception:  # a listener's failure must not take the session down
                 logger.exception("tools-changed listener failed for upstream server %r", server)
 
-    # -- the status table --------------------------------------------------------------------
-
-    async def _load_stored(self) -> None:
-        if self._catalog is None:
-            return
-        try:
-            flagged = await self._catalog.flagged()
-            for name, conn in self._connections.items():
-                conn.flagged = tuple(flagged.get(name, ()))
-                if conn.lazy:
-                    conn.stored_tools = await self._catalog.load_catalog(name)
-        except (PmlError, SQLAlchemyError) as error:
-            logger.warning("could not load the stored upstream catalog: %s", error)
-
-    async def _report_loop(self) -> None:
-        if self._catalog is None:
-            return
-        while True:
-            with anyio.move_on_after(REPORT_INTERVAL_S):
-                await self._report_wake.wait()
-            self._report_wake = anyio.Event()
-            await self._flush()
-
     async def _flush(self, names: set[str] | None = None) -> None:
-        if self._catalog is None:
-            return
-        async with self._flush_lock:
-            names = self._dirty | (names or set()) | self._recent_latencies()
-            self._dirty = set()
-            if not names:
-                return
-            try:
-                # The stored catalog is the truth (a person may accept a definition anywhere).
-                flagged = await self._catalog.flagged()
-                for name in names:
-                    self._connections[name].flagged = tuple(flagged.get(name, ()))
-                statuses = [self._connections[name].status() for name in sorted(names)]
-                await self._catalog.record_status(statuses, self._reporter_id)
-            except (PmlError, SQLAlchemyError) as error:
-                logger.warning("could not record the upstream server states: %s", error)
-
-    def _recent_latencies(self) -> set[str]:
-        fresh: set[str] = set()
-        for name, conn in self._connections.items():
-            if conn.last_latency_ms is not None and conn.last_latency_ms != conn.reported_latency:
-                conn.reported_latency = conn.last_latency_ms
-                fresh.add(name)
-        return fresh
-
-    # -- errors ------------------------------------------------------------------------------
-
-    def _lost(self, conn: ServerConnection, run: Run, tool: str) -> UpstreamUnavailable:
-        conn.connection_lost(run, f"the connection closed during a call to {show(tool)}")
-        return UpstreamUnavailable(
-            f"Upstream server '{conn.name}' went away during {conn.name}:{show(tool)} "
-            "(it will be restarted on a later call)",
-            server=conn.name,
-            tool=tool,
-        )
+        """Report the servers' states to the catalog store now (tests force a report)."""
+        await self._reporter.flush(names)
 
     def _elsewhere(self, server: str, tool: str) -> list[str]:
         return [
@@ -399,12 +390,6 @@ class ClientPool:
             for name, conn in self._connections.items()
             if name != server and any(known.name == tool for known in conn.known_tools())
         ]
-
-
-def _is_error(result: object) -> bool:
-    if isinstance(result, mcp_types.CallToolResult):
-        return result.is_error is True
-    return isinstance(result, dict) and cast("dict[str, Any]", result).get("isError") is True
 
 
 def _is_text(value: object) -> bool:
