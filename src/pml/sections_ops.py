@@ -24,6 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 LOGGER_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]{0,199}$"
 LoggerName = Annotated[str, StringConstraints(pattern=LOGGER_NAME_PATTERN)]
+MAX_LOGGER_LEVELS = 100
+MAX_SLOW_CALL_MS = 86_400_000.0  # a day: anything longer is a typo
 
 
 class TelemetrySettings(BaseModel):
@@ -72,12 +74,37 @@ class TelemetrySettings(BaseModel):
 
 
 class LogSettings(BaseModel):
-    """``[log]``: format, levels, the access log and the slow-call log."""
+    """``[log]``: format, levels, the access log and the slow-call log (``docs/logging.md``)."""
 
     model_config = ConfigDict(extra="forbid")
 
     format: Literal["text", "json"] = "text"
     level: LogLevel = "WARNING"
-    levels: dict[LoggerName, LogLevel] = Field(default_factory=dict[LoggerName, LogLevel])
+    levels: dict[LoggerName, LogLevel] = Field(
+        default_factory=dict[LoggerName, LogLevel], max_length=MAX_LOGGER_LEVELS
+    )
     access: bool = False
-    slow_call_ms: float = Field(default=5000.0, ge=0)
+    # A warning for tool calls, upstream calls and runs slower than this; 0 turns it off.
+    slow_call_ms: float = Field(default=5000.0, ge=0, le=MAX_SLOW_CALL_MS, allow_inf_nan=False)
+
+    @field_validator("format", mode="before")
+    @classmethod
+    def _lower_case_format(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _upper_case_level(cls, value: object) -> object:
+        return _upper_case(value)
+
+    @field_validator("levels", mode="before")
+    @classmethod
+    def _upper_case_levels(cls, value: object) -> object:
+        if not isinstance(value, dict):
+            return value
+        entries: dict[object, object] = value  # pyright: ignore[reportUnknownVariableType]
+        return {name: _upper_case(level) for name, level in entries.items()}
+
+
+def _upper_case(value: object) -> object:
+    return value.upper() if isinstance(value, str) else value

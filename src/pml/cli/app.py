@@ -77,6 +77,7 @@ SHOWN_BY_COMMANDS = frozenset({"pml.registry.service"})
 def configure_logging() -> None:
     """Warnings and errors to stderr, one line each, without repeating what commands print."""
     handler = logging.StreamHandler()
+    handler.set_name("pml")  # pml serve replaces it with [log]'s (pml.telemetry.logs)
     handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
     handler.addFilter(lambda record: record.name not in SHOWN_BY_COMMANDS)
     root = logging.getLogger()

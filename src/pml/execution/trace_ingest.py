@@ -67,6 +67,7 @@ from pml.storage.database import Database
 from pml.storage.trace_repo import TraceRow
 from pml.storage.types import utc_now
 from pml.storage.workflow_repo import decoded_state
+from pml.telemetry import metrics
 
 logger = logging.getLogger(__name__)
 
@@ -190,7 +191,9 @@ class TraceIngest:
         for index, trace in to_process[:processed]:
             if trace.workflowId in ours and trace.workflowId not in written:
                 results[index] = _pending(trace, PENDING_RETRY_S)  # ended by its new claimer
-        return [result for result in results if result is not None]
+        final = [result for result in results if result is not None]
+        metrics.count_traces(str(result.get("status")) for result in final)
+        return final
 
     async def capability_changed(self, change: CapabilityChange) -> None:
         """A ``registry.on_change`` listener: forget the code hashes remembered for a

@@ -1,6 +1,8 @@
 """The gateway over streamable HTTP: ``/mcp`` (both protocol generations), ``GET /health``
-(alive), ``GET /ready`` (may serve: ``readiness``), and the web face beside it
-(``pml.web``): the REST API under ``/api`` and the dashboard under ``/`` and ``/ui/``.
+(alive), ``GET /ready`` (may serve: ``readiness``), ``GET /metrics`` (Prometheus:
+``pml.web.metrics``), and the web face beside it (``pml.web``): the REST API under ``/api``
+and the dashboard under ``/`` and ``/ui/``. With ``[log] access = true`` each request is
+logged (``pml.telemetry.logs``).
 
     async with open_gateway(settings) as gateway:
         app = create_app(gateway)            # Starlette; API keys checked on every request
@@ -40,10 +42,19 @@ from pml.gateway.readiness import readiness
 from pml.gateway.server import Gateway, open_gateway
 from pml.registry.scope import Principal
 from pml.storage.catalog_repo import CatalogStore
+from pml.telemetry.logs import AccessLogMiddleware, AsgiScope
+from pml.telemetry.metrics import process_metrics
 from pml.upstream.base import ServerStatus, UpstreamPool
 from pml.web.app import web_routes
-from pml.web.auth import ApiKeyMiddleware, Authenticate, as_principal
+from pml.web.auth import (
+    METRICS_SCRAPER_STATE_KEY,
+    PRINCIPAL_STATE_KEY,
+    ApiKeyMiddleware,
+    Authenticate,
+    as_principal,
+)
 from pml.web.dashboard.signin import KeyCheck
+from pml.web.metrics import MetricsSources, metrics_route
 from pml.web.services import WebServices
 
 logger = logging.getLogger(__name__)
@@ -108,8 +119,8 @@ def create_app(
     authenticate: Authenticate | None = None,
     host: str = "127.0.0.1",
 ) -> Starlette:
-    """The HTTP app: ``/mcp``, ``/health``, ``/api/audit``, ``/api/approvals/{id}``, behind
-    API keys (``ApiKeys``)."""
+    """The HTTP app: ``/mcp``, ``/health``, ``/ready``, ``/metrics``, the REST API and the
+    dashboard, behind API keys (``ApiKeys``)."""
     if authenticate is None:
         from pml.gateway.keys import ApiKeys
 
@@ -117,23 +128,40 @@ def create_app(
         authenticate = keys.principal
 
     async def health(_request: Request) -> Response:
-        upstream = [
-            {"name": status.name, "state": status.state, "tool_count": status.tool_count}
-            for status in gateway.pool.status()
-        ]
-        return JSONResponse({"status": "ok", "version": __version__, "upstream": upstream})
+        # Open to anyone: alive and which version, nothing of the configuration.
+        return JSONResponse({"status": "ok", "version": __version__})
 
     async def ready(_request: Request) -> Response:
         ok, checks = await readiness(gateway.db, gateway.pool)
         status = "ready" if ok else "not ready"
         return JSONResponse({"status": status, "checks": checks}, status_code=200 if ok else 503)
 
-    routes = [Route("/health", health, methods=["GET"]), Route("/ready", ready, methods=["GET"])]
+    scraped = MetricsSources(gateway.pool.status, gateway.db)
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/ready", ready, methods=["GET"]),
+        metrics_route(process_metrics(), scraped),
+    ]
     app = gateway.server.streamable_http_app(host=host, custom_starlette_routes=routes)
     services = web_services_of(gateway)
     app.router.routes.extend(web_routes(services, authenticate=as_key_check(authenticate)))
-    app.add_middleware(ApiKeyMiddleware, authenticate=authenticate, owner=_session_owner)
+    app.add_middleware(
+        ApiKeyMiddleware,
+        authenticate=authenticate,
+        owner=_session_owner,
+        metrics_token=gateway.settings.telemetry.metrics_token,
+    )
+    app.add_middleware(AccessLogMiddleware, caller=_access_caller)  # outside: sees refusals
     return app
+
+
+def _access_caller(scope: AsgiScope) -> tuple[str, str]:
+    """(key display prefix, user) of a request the key middleware has seen."""
+    state: dict[str, object] = scope.get("state") or {}
+    principal = state.get(PRINCIPAL_STATE_KEY)
+    if isinstance(principal, Principal):
+        return principal.key_prefix or "", principal.scope.user
+    return ("metrics_token", "") if state.get(METRICS_SCRAPER_STATE_KEY) else ("", "")
 
 
 class _Uvicorn(uvicorn.Server):

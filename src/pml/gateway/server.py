@@ -55,7 +55,7 @@ from pml.registry.scope import Principal, Scope
 from pml.registry.service import CapabilityRegistry
 from pml.registry.tools import CapTools
 from pml.storage.database import Database
-from pml.telemetry import observe
+from pml.telemetry import metrics, observe
 from pml.upstream.base import UpstreamPool
 from pml.upstream.children import terminate_children
 from pml.web.auth import PRINCIPAL_STATE_KEY, SCOPE_STATE_KEY
@@ -272,24 +272,25 @@ async def open_gateway(
                 server = build_server(
                     tools, default_scope=default_scope, notifier=notifier, edge=edge
                 )
-                async with watcher.running(), curation.running():
-                    await _warm(catalog, default_scope)
-                    yield Gateway(
-                        settings,
-                        db,
-                        registry,
-                        upstream,
-                        tools,
-                        server,
-                        default_scope,
-                        executor,
-                        catalog,
-                        watcher,
-                        discovery,
-                        curation,
-                        policy,
-                        traces,
-                    )
+                with metrics.observing(tools, registry):  # counted while open (GET /metrics)
+                    async with watcher.running(), curation.running():
+                        await _warm(catalog, default_scope)
+                        yield Gateway(
+                            settings,
+                            db,
+                            registry,
+                            upstream,
+                            tools,
+                            server,
+                            default_scope,
+                            executor,
+                            catalog,
+                            watcher,
+                            discovery,
+                            curation,
+                            policy,
+                            traces,
+                        )
         finally:
             # Not inside a cancel scope of ours: a pool may close task groups it opened in
             # start(), which anyio allows only from the same scope (ClientPool hosts its own).

@@ -9,10 +9,16 @@ A missing, malformed, wrong or revoked key gets a 401 with
 ``Scope`` is put on the request (``request.state.pml_scope``), its ``Principal`` (scope, role
 ``agent`` or ``admin``, key id) beside it (``request.state.pml_principal``); ``owner``, when
 given, names the session owner for the MCP layer (``scope["user"]``).
+
+``GET /metrics`` also takes the ``[telemetry] metrics_token`` as its bearer (compared in
+constant time), marked ``request.state.pml_metrics_scraper``; the route itself refuses
+other keys than admin ones (``pml.web.metrics``). Every refusal is counted
+(``pml_auth_failures_total``).
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -25,12 +31,16 @@ from starlette.types import Scope as AsgiScope
 
 from pml.errors import Unauthorized
 from pml.registry.scope import Principal, Scope
+from pml.telemetry.metrics import count_auth_failure
 
 logger = logging.getLogger(__name__)
 
 SCOPE_STATE_KEY = "pml_scope"
 # The authenticated ``Principal`` (scope, key role, key id) of an HTTP request.
 PRINCIPAL_STATE_KEY = "pml_principal"
+# True on a ``GET /metrics`` request that carried the configured scrape token.
+METRICS_SCRAPER_STATE_KEY = "pml_metrics_scraper"
+METRICS_PATH = "/metrics"
 # The dashboard's pages sign people in themselves (session cookie, CSRF tokens).
 DASHBOARD_PREFIX = "/ui/"
 DASHBOARD_ROOT = "/"
@@ -41,6 +51,7 @@ Authenticate = Callable[[str], Awaitable[Principal | Scope | None]]
 OPEN_PATHS = frozenset({"/health", "/ready"})
 Owner = Callable[[str, Principal], object]
 MAX_TOKEN_LENGTH = 512
+MISSING_KEY = "Missing API key: send 'Authorization: Bearer <key>'"
 BEARER = re.compile(r"Bearer +([A-Za-z0-9._~+/-]+=*) *", re.IGNORECASE)
 
 
@@ -54,11 +65,13 @@ class ApiKeyMiddleware:
         authenticate: Authenticate,
         open_paths: frozenset[str] = OPEN_PATHS,
         owner: Owner | None = None,
+        metrics_token: str | None = None,
     ) -> None:
         self.app = app
         self.authenticate = authenticate
         self.open_paths = open_paths
         self.owner = owner
+        self.metrics_token = metrics_token.encode("utf-8") if metrics_token else None
 
     async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -77,7 +90,12 @@ class ApiKeyMiddleware:
             return
         token, problem = bearer_token(scope)
         if token is None:
+            count_auth_failure("missing" if problem == MISSING_KEY else "malformed")
             await unauthorized(problem)(scope, receive, send)
+            return
+        if path == METRICS_PATH and self._is_metrics_token(token):
+            scope["state"] = {**(scope.get("state") or {}), METRICS_SCRAPER_STATE_KEY: True}
+            await self.app(scope, receive, send)
             return
         try:
             found = await self.authenticate(token)
@@ -88,6 +106,7 @@ class ApiKeyMiddleware:
             return
         principal = as_principal(found)
         if principal is None:
+            count_auth_failure("invalid")
             await unauthorized("Invalid or revoked API key")(scope, receive, send)
             return
         state: dict[str, Any] = dict(scope.get("state") or {})
@@ -97,6 +116,10 @@ class ApiKeyMiddleware:
         if self.owner is not None:
             scope["user"] = self.owner(token, principal)
         await self.app(scope, receive, send)
+
+    def _is_metrics_token(self, token: str) -> bool:
+        expected = self.metrics_token
+        return expected is not None and hmac.compare_digest(token.encode("utf-8"), expected)
 
 
 def as_principal(found: object) -> Principal | None:
@@ -113,7 +136,7 @@ def bearer_token(scope: AsgiScope) -> tuple[str | None, str]:
     """The token of the request's single ``Authorization: Bearer`` header, or why there is none."""
     values = [value for key, value in scope["headers"] if key == b"authorization"]
     if not values:
-        return None, "Missing API key: send 'Authorization: Bearer <key>'"
+        return None, MISSING_KEY
     raw = values[0]
     if len(values) > 1 or len(raw) > MAX_TOKEN_LENGTH + 16:
         return None, "Malformed Authorization header: expected 'Bearer <key>'"
