@@ -12,11 +12,13 @@ JSON object; one of the gateway's own tools (``pml_execute``, ``cap_*``, ...) th
 for the client's protocol version by the SDK's own result surface: what the SDK server
 would have sent, minus its per-request machinery (dispatcher, tracing middleware).
 
-Anything else goes to the SDK server untouched: the opening request (it decides the
-protocol generation), any request before a 2025-11-25 session is initialised, requests the
-2026-07-28 envelope check refuses, progress tokens or other ``_meta``, unknown tools, ids
-already in flight. ``notifications/cancelled`` for a request of the lane cancels it (and,
-as the protocol asks, nothing is answered).
+A call's ``_meta`` may carry W3C trace context (``traceparent``, ``tracestate``): the lane
+hands it to its ``tool_call`` step, whose span (when traces are exported) joins the
+client's trace as the SDK's server span would. Anything else goes to the SDK server
+untouched: the opening request (it decides the protocol generation), any request before a
+2025-11-25 session is initialised, requests the 2026-07-28 envelope check refuses, progress
+tokens or other ``_meta``, unknown tools, ids already in flight. ``notifications/cancelled``
+for a request of the lane cancels it (and, as the protocol asks, nothing is answered).
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ ENVELOPE_KEYS: Final = frozenset(
         mcp_types.CLIENT_CAPABILITIES_META_KEY,
     }
 )
+# W3C trace context a client may put in a call's _meta (SEP-414); longer values are ignored.
+TRACE_META_KEYS: Final = frozenset({"traceparent", "tracestate"})
+MAX_TRACE_META: Final = 512
 _CALL_MARK: Final = b'"tools/call"'
 _LIST_MARK: Final = b'"tools/list"'
 _CANCEL_MARK: Final = b'"notifications/cancelled"'
@@ -139,7 +144,7 @@ class ToolCallLane:
         if found is None:
             return False
         message, request_id, params = found
-        version = self._version_of(message, params)
+        version = self._version_of(message, params, traced=True)
         name, arguments = params.get("name"), params.get("arguments")
         if (
             version is None
@@ -156,7 +161,10 @@ class ToolCallLane:
         call_arguments = cast("dict[str, Any] | None", arguments)
         scope = anyio.CancelScope()
         self._in_flight[request_id] = scope
-        tasks.start_soon(self._answer, request_id, version, name, target, call_arguments, scope)
+        trace = _trace_context(params.get("_meta"))
+        tasks.start_soon(
+            self._answer, request_id, version, name, target, call_arguments, scope, trace
+        )
         return True
 
     def _take_list(self, line: bytes, tasks: anyio.abc.TaskGroup) -> bool:
@@ -229,12 +237,16 @@ class ToolCallLane:
             return self._session_elicits
         return _declares_elicitation(params.get("_meta"), mcp_types.CLIENT_CAPABILITIES_META_KEY)
 
-    def _version_of(self, message: dict[str, Any], params: dict[str, Any]) -> str | None:
-        """The request's protocol version, or ``None`` when the server must see it."""
+    def _version_of(
+        self, message: dict[str, Any], params: dict[str, Any], *, traced: bool = False
+    ) -> str | None:
+        """The request's protocol version, or ``None`` when the server must see it
+        (``traced``: trace context in ``_meta`` is the lane's too)."""
         meta = params.get("_meta")
+        also = TRACE_META_KEYS if traced else frozenset[str]()
         if self._era == "session":
-            return self._session_version if meta is None else None
-        if not isinstance(meta, dict) or not set(meta).issubset(ENVELOPE_KEYS):  # pyright: ignore[reportUnknownArgumentType]
+            return self._session_version if meta is None or _keys_within(meta, also) else None
+        if not _keys_within(meta, ENVELOPE_KEYS | also):
             return None
         route = classify_inbound_request(message)
         if isinstance(route, InboundLadderRejection):
@@ -263,20 +275,26 @@ class ToolCallLane:
         target: tuple[str, str] | None,
         arguments: dict[str, Any] | None,
         scope: anyio.CancelScope,
+        trace: dict[str, str],
     ) -> None:
         try:
             result: dict[str, Any] | None = None
             with scope:
-                result = await self._call(name, target, arguments)
+                result = await self._call(name, target, arguments, trace)
             if result is not None:  # a cancelled request is not answered
                 self._write(self._response(request_id, version, result))
         finally:
             self._in_flight.pop(request_id, None)
 
     async def _call(
-        self, name: str, target: tuple[str, str] | None, arguments: dict[str, Any] | None
+        self,
+        name: str,
+        target: tuple[str, str] | None,
+        arguments: dict[str, Any] | None,
+        trace: dict[str, str],
     ) -> dict[str, Any]:
-        with observe.step("tool_call", tool=name, lane="stdio", user=self._scope.user) as step:
+        user = self._scope.user
+        with observe.step("tool_call", tool=name, lane="stdio", user=user, **trace) as step:
             if target is not None:
                 server, tool = target
                 answer = await self._tools.call_pass_through(self._scope, server, tool, arguments)
@@ -308,6 +326,22 @@ class ToolCallLane:
             elif meta.get(mcp_types.SERVER_INFO_META_KEY) is None:  # pyright: ignore[reportUnknownMemberType]
                 shaped["_meta"] = {**meta, mcp_types.SERVER_INFO_META_KEY: dict(self._server_info)}
         return _dump({"jsonrpc": "2.0", "id": request_id, "result": shaped})
+
+
+def _keys_within(meta: object, allowed: frozenset[str]) -> bool:
+    return isinstance(meta, dict) and set(cast("dict[str, Any]", meta)).issubset(allowed)
+
+
+def _trace_context(meta: object) -> dict[str, str]:
+    """The string ``traceparent``/``tracestate`` of a call's ``_meta`` (others ignored)."""
+    if not isinstance(meta, dict):
+        return {}
+    found = cast("dict[str, Any]", meta)
+    return {
+        key: value
+        for key in TRACE_META_KEYS
+        if isinstance(value := found.get(key), str) and len(value) <= MAX_TRACE_META
+    }
 
 
 def _json_object(line: bytes) -> dict[str, Any] | None:

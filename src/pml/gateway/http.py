@@ -42,6 +42,7 @@ from pml.gateway.readiness import readiness
 from pml.gateway.server import Gateway, open_gateway
 from pml.registry.scope import Principal
 from pml.storage.catalog_repo import CatalogStore
+from pml.telemetry import tracing
 from pml.telemetry.logs import AccessLogMiddleware, AsgiScope
 from pml.telemetry.metrics import process_metrics
 from pml.upstream.base import ServerStatus, UpstreamPool
@@ -152,6 +153,10 @@ def create_app(
         metrics_token=gateway.settings.telemetry.metrics_token,
     )
     app.add_middleware(AccessLogMiddleware, caller=_access_caller)  # outside: sees refusals
+    if tracing.active():  # a client's traceparent header parents the request's spans
+        from pml.telemetry.propagation import TraceContextMiddleware
+
+        app.add_middleware(TraceContextMiddleware)
     return app
 
 

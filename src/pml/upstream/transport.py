@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import deque
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from types import TracebackType
 from typing import Any, Final
@@ -242,12 +242,26 @@ async def open_client(
         transport = _watched(sse_client(target.url, headers=dict(target.headers)), on_closed)
     else:
         http = await stack.enter_async_context(
-            httpx2.AsyncClient(headers=dict(target.headers), timeout=HTTP_TIMEOUT)
+            httpx2.AsyncClient(
+                headers=dict(target.headers), timeout=HTTP_TIMEOUT, event_hooks=_trace_hooks()
+            )
         )
         transport = _watched(streamable_http_client(target.url, http_client=http), on_closed)
     return await stack.enter_async_context(
         Client(transport, cache=None, message_handler=on_message, elicitation_callback=elicitation)
     )
+
+
+def _trace_hooks() -> dict[str, list[Callable[[httpx2.Request], Awaitable[None]]]]:
+    """While traces are exported, each HTTP request also carries a ``traceparent`` header
+    (the SDK puts it in ``_meta`` only)."""
+    from pml.telemetry import tracing
+
+    if not tracing.active():
+        return {}
+    from pml.telemetry.propagation import send_trace_context
+
+    return {"request": [send_trace_context]}
 
 
 async def listen_for_tool_changes(stack: AsyncExitStack, client: Client) -> bool:
