@@ -31,6 +31,7 @@ from starlette.routing import Route
 
 from pml import __version__
 from pml.errors import Forbidden, StorageError
+from pml.execution.approval_desk import APPROVAL_KIND
 from pml.registry.scope import Principal
 from pml.storage.database import Database
 from pml.storage.tables import workflow_state
@@ -44,7 +45,6 @@ logger = logging.getLogger(__name__)
 APPROVALS_TTL_S = 5.0
 MAX_ACCEPT_CHARS = 1000
 OPENMETRICS = "application/openmetrics-text"
-APPROVAL_KIND = "approval"  # the workflow_state kind of a run waiting for a person
 SERVER_STATES: tuple[ServerState, ...] = get_args(ServerState)
 
 
