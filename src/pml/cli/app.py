@@ -20,6 +20,7 @@ from pml.cli import (
     init_cmd,
     keys_cmd,
     perms_cmd,
+    reload_cmd,
     serve_cmd,
     status_cmd,
 )
@@ -66,6 +67,7 @@ connect_cmd.register(app)
 dashboard_cmd.register(app)
 audit_cmd.register(app)
 serve_cmd.register(app)
+reload_cmd.register(app)
 execute_cmd.register(app)
 discover_cmd.register(app)
 

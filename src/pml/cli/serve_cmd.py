@@ -2,7 +2,8 @@
 
 Over stdio, stdout carries the MCP protocol and nothing else: logs and notices go to
 stderr. Over HTTP, the MCP endpoint is ``http://HOST:PORT/mcp`` and every request needs an
-API key (``pml keys create``), except ``GET /health``.
+API key (``pml keys create``), except ``GET /health``. SIGHUP (or ``pml reload``) makes a
+running gateway re-read its config (``docs/reload.md``).
 """
 
 from __future__ import annotations
@@ -10,13 +11,18 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import Annotated
+from collections.abc import Generator
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from pml.cli.common import (
     ConfigOption,
     DebugRoutingOption,
+    config_path,
     llm_key,
     load_cli_settings,
     run_command,
@@ -25,6 +31,9 @@ from pml.cli.common import (
 from pml.config import Settings
 from pml.errors import ConfigError, InvalidInput
 from pml.telemetry.setup import telemetry_running
+
+if TYPE_CHECKING:
+    from pml.gateway.reload import ReloadSource
 
 _HOST_PORT = re.compile(
     r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9.-]+)):(?P<port>\d{1,5})"
@@ -80,8 +89,12 @@ def register(app: typer.Typer) -> None:
             settings = with_debug_routing(load_cli_settings(ctx, config), debug_routing)
             if settings.permissions.agent_may_approve:
                 print(AGENT_MAY_APPROVE_WARNING, file=sys.stderr, flush=True)
-            with telemetry_running(settings, os.environ):
-                await _serve(settings, address)
+            found = config_path(ctx, config)
+            with (
+                telemetry_running(settings, os.environ),
+                _reloads(found, debug_routing, address) as reload,
+            ):
+                await _serve(settings, address, reload)
 
         try:
             run_command(body)
@@ -89,17 +102,46 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(code=130) from None
 
 
-async def _serve(settings: Settings, address: tuple[str, int] | None) -> None:
+@contextmanager
+def _reloads(
+    config: Path | None, debug_routing: bool, address: tuple[str, int] | None
+) -> Generator[ReloadSource]:
+    """SIGHUP (and ``pml reload``, which finds this process by its file) re-reads the config
+    this process started with, in the environment it started with."""
+    from platformdirs import user_data_dir
+
+    from pml.gateway.reload import ReloadSource, config_loader, sighup_requests
+    from pml.gateway.running import announced, find_config, run_directory
+
+    cwd = Path.cwd()
+    path = find_config(config, os.environ, cwd)
+    load = config_loader(
+        path,
+        environ=os.environ,
+        cwd=cwd,
+        adjust=partial(with_debug_routing, debug_routing=debug_routing),
+    )
+    transport = "stdio" if address is None else "http {}:{}".format(*address)
+    directory = run_directory(Path(user_data_dir("pml")))
+    with sighup_requests() as requests:  # before the file: a found process never dies of it
+        yield ReloadSource(load, requests, partial(announced, directory, path, transport=transport))
+
+
+async def _serve(
+    settings: Settings, address: tuple[str, int] | None, reload: ReloadSource | None = None
+) -> None:
     if address is None:
         from pml.gateway.server import serve_stdio
 
-        await serve_stdio(settings, llm_api_key=llm_key(settings))
+        await serve_stdio(settings, llm_api_key=llm_key(settings), reload=reload)
         return
     from pml.gateway.http import serve_http
 
     host, port = address
     try:
-        await serve_http(settings, host, port, ready=_announce, llm_api_key=llm_key(settings))
+        await serve_http(
+            settings, host, port, ready=_announce, llm_api_key=llm_key(settings), reload=reload
+        )
     except OSError as error:
         reason = error.strerror or str(error)
         raise ConfigError(f"cannot serve HTTP on {host}:{port}: {reason}") from None

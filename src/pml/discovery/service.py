@@ -92,7 +92,7 @@ class DiscoveryService:
         self._db = db
         self._pool = pool
         self._embedder = embedder
-        self._routing = routing
+        self.routing = routing  # [routing]; a reload replaces it
         self._clock = clock
         self._refresh_interval_s = refresh_interval_s
         self._query_cache_size = query_cache_size
@@ -327,7 +327,7 @@ class DiscoveryService:
         if hit.entry.kind != "tool":
             return ""
         server = hit.entry.key.split(":", 2)[1]
-        return server_routing(server, self._routing.cloud, self._routing.local)
+        return server_routing(server, self.routing.cloud, self.routing.local)
 
 
 def _hidden(policy: PolicyEnforcer, request: RequestPolicy, hit: Hit) -> bool:

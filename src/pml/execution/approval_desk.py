@@ -89,6 +89,10 @@ class ApprovalDesk:
     def settings(self) -> PermissionsSettings:
         return self._settings
 
+    def reconfigure(self, settings: PermissionsSettings) -> None:
+        """Grant lifetimes, waits and the approval URL of a reloaded ``[permissions]``."""
+        self._settings = settings
+
     def covers(self, tool: str, scope: Scope) -> dict[str, str]:
         """What each grant choice would cover, in words a person can check."""
         settings = self._settings

@@ -62,6 +62,12 @@ class ApprovalFlow:
     def desk(self) -> ApprovalDesk:
         return self._desk
 
+    def reconfigure(self, settings: PermissionsSettings) -> None:
+        """Approval lifetime and ``agent_may_approve`` of a reloaded ``[permissions]`` (its
+        desk too)."""
+        self._settings = settings
+        self._desk.reconfigure(settings)
+
     async def pause(
         self,
         scope: Scope,

@@ -272,9 +272,10 @@ class OfflineContexts:
     ) -> None:
         self._registry = registry
         self._pool = pool
-        self._routing = routing
         self._policy = policy
-        self._max_code_bytes = max_code_bytes
+        # [routing] and [sandbox] max_code_bytes: a reload replaces them.
+        self.routing = routing
+        self.max_code_bytes = max_code_bytes
 
     async def build(
         self, scope: Scope, client: ClientCaller | None, offline: Mapping[str, Any]
@@ -288,14 +289,14 @@ class OfflineContexts:
             raise InvalidInput(f"Invalid offline run: {where}: {problem['msg']}") from None
         if params.code is None:
             raise InvalidInput("Invalid offline run: no code", field="code")
-        analysis = cached_analysis(params.code, self._max_code_bytes)
+        analysis = cached_analysis(params.code, self.max_code_bytes)
         plan = await plan_references(
             analysis.calls,
             scope=scope,
             registry=self._registry,
             pool=self._pool,
             client=client,
-            routing=self._routing,
+            routing=self.routing,
         )
         if not plan.client_tools:
             raise InvalidInput("This code uses none of the client's servers: it runs here")

@@ -29,7 +29,6 @@ from pml.errors import (
     InvalidInput,
     NotAvailable,
     NotFound,
-    PermissionDenied,
     PmlError,
     UnknownTool,
 )
@@ -43,14 +42,15 @@ from pml.execution.hooks import FinishedRun, PostHook, standard_hooks
 from pml.execution.journal import Journal
 from pml.execution.recorder import UsageRecorder
 from pml.execution.references import Plan, plan_references, upstream_tools
+from pml.execution.refusals import audit_refusal, pause_or_refuse
 from pml.execution.registry_calls import SnippetRegistryTools
 from pml.execution.suggest import suggestions
 from pml.execution.values import check_args, merged_args
 from pml.gateway.schemas import ExecuteParams
-from pml.policy.enforcer import PolicyEnforcer, RequestPolicy, refusal_data
+from pml.policy.enforcer import PolicyEnforcer, RequestPolicy
 from pml.registry import naming
 from pml.registry.fqdn import message_value
-from pml.registry.models import Resolved
+from pml.registry.models import Resolved, RoutingRules
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityRegistry
 from pml.sandbox.base import RunOutcome, SandboxEngine, SnippetToolError
@@ -90,6 +90,14 @@ class ExecuteService:
         self._policy = policy
         self._approvals = approvals
         self._hooks = standard_hooks(CaptureService(registry, recorder), recorder, policy, hooks)
+
+    def reconfigure(
+        self, limits: SandboxSettings, *, routing: RoutingRules, workflow_ttl_s: float
+    ) -> None:
+        """A reload's ``[sandbox]`` limits and ``[routing]``, from the next run on."""
+        self._limits = limits
+        if self._handoff is not None:
+            self._handoff.routing, self._handoff.ttl_s = routing, workflow_ttl_s
 
     async def flush(self) -> None:
         """Write the queued usage counts and traces now."""
@@ -182,21 +190,6 @@ class ExecuteService:
         rerun = await self._policy.begin(scope, intent, source="pml_execute")
         return await self._dispatch(scope, original, rerun, journal, resume)
 
-    async def _pause(
-        self,
-        scope: Scope,
-        request: RequestPolicy | None,
-        waiting: ApprovalRequired,
-        budget: Budget,
-        resume: dict[str, Any],
-    ) -> dict[str, Any]:
-        if self._approvals is None or request is None:
-            raise PermissionDenied(
-                f"{waiting.message}, and this gateway cannot wait for approvals",
-                **refusal_data(waiting),
-            )
-        return await self._approvals.pause(scope, request, waiting, budget, resume)
-
     async def _check_static(
         self, scope: Scope, request: RequestPolicy | None, plan: Plan | None, used: list[str]
     ) -> None:
@@ -231,7 +224,7 @@ class ExecuteService:
             plan = await self._plan(scope, analysis, client=current_client())
             await self._check_static(scope, request, plan, [])
         except PmlError as error:
-            self._refused_before_run(request, error)
+            audit_refusal(self._policy, request, error)
             raise
         if plan.client_tools and self._handoff is not None:
             return await self._handoff.direct(scope, params, analysis, plan, request)
@@ -241,7 +234,7 @@ class ExecuteService:
             outcome = await self._run(scope, code, params.args or {}, plan, budget, ())
         except ApprovalRequired as waiting:
             await self._finish(finished, started, waiting)
-            return await self._pause(scope, request, waiting, budget, resume)
+            return await pause_or_refuse(self._approvals, scope, request, waiting, budget, resume)
         except PmlError as error:
             await self._finish(finished, started, error)
             raise
@@ -263,12 +256,6 @@ class ExecuteService:
             outcome, budget, record, created=finished.created, routing=record.routing, ms=elapsed_ms
         )
         return {**answer, **plan.notice()}  # canonicalSpellings, when a name was respelled
-
-    def _refused_before_run(self, request: RequestPolicy | None, error: PmlError) -> None:
-        """A request that ended before running (bad code, unknown tool, policy) is audited."""
-        if self._policy is not None and request is not None:
-            details = {"status": "error", "error": error.code, "stage": "before-run"}
-            self._policy.emit(request, "EXECUTOR_RESPONSE", {**details, "message": error.message})
 
     async def _finish(self, finished: FinishedRun, started: float, error: PmlError | None) -> float:
         """Run the post-hooks; the run's duration in milliseconds."""
@@ -313,7 +300,7 @@ class ExecuteService:
             outcome = await self._run_resolved(scope, resolved, args, budget, ())
         except ApprovalRequired as waiting:
             await self._finish(finished, started, waiting)
-            return await self._pause(scope, request, waiting, budget, resume)
+            return await pause_or_refuse(self._approvals, scope, request, waiting, budget, resume)
         except PmlError as error:
             finished.capability_fqdn = resolved.record.fqdn
             await self._finish(finished, started, error)

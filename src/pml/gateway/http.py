@@ -39,6 +39,7 @@ from pml import __version__
 from pml.config import Settings
 from pml.gateway.notify import ToolListNotifier
 from pml.gateway.readiness import readiness
+from pml.gateway.reload import ReloadSource, reloading
 from pml.gateway.server import Gateway, open_gateway
 from pml.registry.scope import Principal
 from pml.storage.catalog_repo import CatalogStore
@@ -286,14 +287,20 @@ async def serve_http(
     authenticate: Authenticate | None = None,
     ready: Callable[[str], None] | None = None,
     llm_api_key: str | None = None,
+    reload: ReloadSource | None = None,
 ) -> None:
-    """Serve the gateway over HTTP until SIGINT/SIGTERM, then stop the pool and the database.
+    """Serve the gateway over HTTP until SIGINT/SIGTERM, then stop the pool and the database;
+    with ``reload``, its requests (SIGHUP) reload the config meanwhile.
 
     The port is bound before anything starts, so a busy port fails fast with ``OSError``;
     ``ready(base_url)`` is called once requests are served.
     """
-    with contextlib.closing(listen_socket(host, port)) as sock:
-        async with open_gateway(settings, pool=pool, llm_api_key=llm_api_key) as gateway:
+    announce = reload.announce if reload is not None else contextlib.nullcontext
+    with contextlib.closing(listen_socket(host, port)) as sock, announce():
+        async with (
+            open_gateway(settings, pool=pool, llm_api_key=llm_api_key) as gateway,
+            reloading(gateway, reload),
+        ):
             app = create_app(gateway, authenticate=authenticate, host=host)
             async with _serving(app, sock, gateway.server.notifier) as server:
                 if ready is not None:

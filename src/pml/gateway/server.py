@@ -17,7 +17,7 @@ import logging
 import signal
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -38,6 +38,7 @@ from pml.gateway.fast_lane import ToolCallLane
 from pml.gateway.handlers import service_handlers
 from pml.gateway.notify import Context, ToolListNotifier
 from pml.gateway.policy_services import PolicyServices, open_policy
+from pml.gateway.reload import ReloadSource, reloading
 from pml.gateway.results import error_result
 from pml.gateway.services import (
     default_pool,
@@ -191,9 +192,10 @@ def build_server(
     return server
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Gateway:
-    """An open gateway: database, registry, started pool, tools and the MCP server."""
+    """An open gateway: database, registry, started pool, tools and the MCP server
+    (``settings``: those in force, replaced by a reload)."""
 
     settings: Settings
     db: Database
@@ -309,9 +311,14 @@ async def _warm(catalog: CapabilityToolCatalog, scope: Scope) -> None:
 
 
 async def serve_stdio(
-    settings: Settings, *, pool: UpstreamPool | None = None, llm_api_key: str | None = None
+    settings: Settings,
+    *,
+    pool: UpstreamPool | None = None,
+    llm_api_key: str | None = None,
+    reload: ReloadSource | None = None,
 ) -> None:
-    """Serve over this process's stdin/stdout until the client leaves or SIGTERM/SIGINT.
+    """Serve over this process's stdin/stdout until the client leaves or SIGTERM/SIGINT;
+    with ``reload``, its requests (SIGHUP) reload the config meanwhile.
 
     Pipes (what MCP clients give) are served on the event loop with the pass-through fast
     lane; a terminal or a file falls back to the SDK's threaded stdio transport. On a signal
@@ -332,7 +339,7 @@ async def serve_stdio(
                 )
                 await serve_on_pipes(gateway.server, pipes, lane=lane)
 
-            await _serve_until_stopped(settings, pool, on_pipes, llm_api_key)
+            await _serve_until_stopped(settings, pool, on_pipes, llm_api_key, reload)
             return
     async with stdio_server() as (read, write):
 
@@ -341,7 +348,7 @@ async def serve_stdio(
             await server.run(read, write, server.create_initialization_options())
 
         # Ends by the signal (if any) inside: leaving stdio_server waits for its stdin reader.
-        await _serve_until_stopped(settings, pool, on_sdk_streams, llm_api_key)
+        await _serve_until_stopped(settings, pool, on_sdk_streams, llm_api_key, reload)
 
 
 async def _serve_until_stopped(
@@ -349,11 +356,16 @@ async def _serve_until_stopped(
     pool: UpstreamPool | None,
     serve: Callable[[Gateway], Awaitable[None]],
     llm_api_key: str | None,
+    reload: ReloadSource | None = None,
 ) -> None:
     received: list[int] = []
     serving = anyio.CancelScope()  # a signal cancels the serving, never the orderly stop
-    with _signals_stop_children(received, serving):
-        async with open_gateway(settings, pool=pool, llm_api_key=llm_api_key) as gateway:
+    announce = reload.announce if reload is not None else nullcontext
+    with _signals_stop_children(received, serving), announce():
+        async with (
+            open_gateway(settings, pool=pool, llm_api_key=llm_api_key) as gateway,
+            reloading(gateway, reload),
+        ):
             with serving:
                 await serve(gateway)
         # Backstop: every upstream session is closed by now, so any child still alive would

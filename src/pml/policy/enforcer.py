@@ -12,6 +12,8 @@ forbids is ``POLICY_DENIED`` (in ``audit`` mode only logged); then the permissio
 ``deny`` is ``PERMISSION_DENIED``, ``allow`` goes on, ``ask`` goes on only with a grant that
 covers the call (consumed when limited), else ``APPROVAL_REQUIRED`` (the run pauses for a
 person). Whatever goes wrong inside the checks refuses the call (fail closed).
+``reconfigure`` (a reload) swaps the gate, the capability map, the rules and the mode as one
+value: a request begun before it keeps its decision, every check after it uses the new rules.
 """
 
 from __future__ import annotations
@@ -65,6 +67,16 @@ class GrantFinder(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class _Rules:
+    """What a reload replaces, read as one value by every check."""
+
+    gate: PolicyGate
+    capabilities: CapabilityMap
+    permissions: PermissionRules
+    mode: Literal["enforce", "audit"]
+
+
+@dataclass(frozen=True, slots=True)
 class RequestPolicy:
     """One request's classification and policy decision, shared by all its tool calls."""
 
@@ -90,19 +102,27 @@ class PolicyEnforcer:
         mode: Literal["enforce", "audit"] = "enforce",
     ) -> None:
         self._router = router
-        self._gate = gate
-        self._capabilities = capabilities
-        self._rules = rules
+        self._rules = _Rules(gate, capabilities, rules, mode)
         self._grants = grants
         self.auditor = auditor
-        self._mode = mode
+
+    def reconfigure(
+        self,
+        *,
+        gate: PolicyGate,
+        capabilities: CapabilityMap,
+        rules: PermissionRules,
+        mode: Literal["enforce", "audit"],
+    ) -> None:
+        """Decide with new rules from the next check on (one swap: never half old, half new)."""
+        self._rules = _Rules(gate, capabilities, rules, mode)
 
     @property
     def policy_version(self) -> str:
-        return self._gate.version
+        return self._rules.gate.version
 
     def capability_of(self, server: str, tool: str) -> PermissionCapability:
-        return self._capabilities.capability_of(server, tool)
+        return self._rules.capabilities.capability_of(server, tool)
 
     async def begin(
         self,
@@ -129,8 +149,9 @@ class PolicyEnforcer:
         except Exception:  # fail closed: an unclassified request gets the read-only row
             logger.exception("the intent router failed; using the read-only fallback")
             router = RouterOutput(FALLBACK_INTENT, (), "low", 0.0, "fallback:router-error")
+        gate = self._rules.gate
         try:
-            decision = self._gate.evaluate(router)
+            decision = gate.evaluate(router)
         except Exception:  # fail closed: a request the gate cannot evaluate may use nothing
             logger.exception("the policy gate failed; refusing every tool of the request")
             decision = PolicyDecision(
@@ -138,7 +159,7 @@ class PolicyEnforcer:
                 allowed=frozenset(),
                 forbidden=frozenset({"*", *CAPABILITIES}),
                 exceptions=(),
-                policy_version=self._gate.version,
+                policy_version=gate.version,
                 rule="fail-closed",
             )
         request = RequestPolicy(request_id, scope, source, router, decision)
@@ -150,20 +171,22 @@ class PolicyEnforcer:
 
     def check_static(self, request: RequestPolicy, tools: Iterable[tuple[str, str]]) -> None:
         """Before a run: refuse when the code names a tool the policy or a deny rule forbids."""
+        rules = self._rules
         for server, tool in tools:
-            capability = self._capabilities.capability_of(server, tool)
-            self._check_gate(request, server, tool, capability, stage="static")
-            match = self._rules.decide(server, tool, capability)
+            capability = rules.capabilities.capability_of(server, tool)
+            self._check_gate(rules, request, server, tool, capability, stage="static")
+            match = rules.permissions.decide(server, tool, capability)
             if match.decision == "deny":
                 self._deny_permission(request, server, tool, capability, match.rule, "static")
 
     def hides(self, request: RequestPolicy, server: str, tool: str) -> bool:
         """Whether discovery must hide ``server:tool`` (forbidden by the gate or denied)."""
+        rules = self._rules
         try:
-            capability = self._capabilities.capability_of(server, tool)
-            if self._gate.forbidding_rule(request.decision, server, tool, capability) is not None:
-                return self._mode == "enforce"
-            return self._rules.decide(server, tool, capability).decision == "deny"
+            capability = rules.capabilities.capability_of(server, tool)
+            if rules.gate.forbidding_rule(request.decision, server, tool, capability) is not None:
+                return rules.mode == "enforce"
+            return rules.permissions.decide(server, tool, capability).decision == "deny"
         except Exception:  # fail closed
             logger.exception("policy check failed for %s:%s; hiding it", server, tool)
             return True
@@ -208,9 +231,10 @@ class PolicyEnforcer:
     async def _authorize(
         self, request: RequestPolicy, server: str, tool: str, arguments: Mapping[str, Any]
     ) -> str:
-        capability = self._capabilities.capability_of(server, tool)
-        self._check_gate(request, server, tool, capability, stage="call")
-        match = self._rules.decide(server, tool, capability)
+        rules = self._rules
+        capability = rules.capabilities.capability_of(server, tool)
+        self._check_gate(rules, request, server, tool, capability, stage="call")
+        match = rules.permissions.decide(server, tool, capability)
         address = f"{server}:{tool}"
         if match.decision == "deny":
             self._deny_permission(request, server, tool, capability, match.rule, "call")
@@ -248,13 +272,20 @@ class PolicyEnforcer:
         )
 
     def _check_gate(
-        self, request: RequestPolicy, server: str, tool: str, capability: str, *, stage: str
+        self,
+        rules: _Rules,
+        request: RequestPolicy,
+        server: str,
+        tool: str,
+        capability: str,
+        *,
+        stage: str,
     ) -> None:
-        rule = self._gate.forbidding_rule(request.decision, server, tool, capability)
+        rule = rules.gate.forbidding_rule(request.decision, server, tool, capability)
         if rule is None:
             return
         address = f"{server}:{tool}"
-        enforced = self._mode == "enforce"
+        enforced = rules.mode == "enforce"
         details = {
             "tool": address,
             "capability": capability,

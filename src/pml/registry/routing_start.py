@@ -1,6 +1,7 @@
-"""Stored routing follows ``[routing]`` when a gateway starts (and, later, on a reload).
+"""Stored routing follows ``[routing]`` when a gateway starts and when it reloads.
 
     await routing_at_start(db, settings)
+    await routing_at_start(db, new_settings, trigger="reload")
 
 The re-derivation (``routing_sync``) reads every capability of every tenant; a deployment
 whose patterns did not change since the last run it completed has nothing to re-derive, so
@@ -38,7 +39,7 @@ def fingerprint(rules: RoutingRules) -> str:
 
 
 async def routing_at_start(
-    db: Database, settings: Settings, *, announce: Announce | None = None
+    db: Database, settings: Settings, *, announce: Announce | None = None, trigger: str = "start"
 ) -> list[RoutingChange]:
     """Make stored routing follow ``settings``' ``[routing]``: applied, announced, audited,
     logged; skipped when the patterns are those of the last completed run; a failure is
@@ -57,7 +58,7 @@ async def routing_at_start(
         if await recalled(db, FINGERPRINT_KEY) == current:
             logger.debug("routing follows [routing]: patterns unchanged, nothing re-derived")
             return []
-        changes = await sync_routing(db, rules, announce=announce, user=user, trigger="start")
+        changes = await sync_routing(db, rules, announce=announce, user=user, trigger=trigger)
         await remember(db, FINGERPRINT_KEY, current)
     except PmlError as error:
         logger.warning("stored routing not re-derived from [routing]: %s", error)
@@ -66,5 +67,5 @@ async def routing_at_start(
     if changes:
         audit = AuditLog(db, audit_file_path(settings))
         async with audit.running():
-            audit_routing_changes(audit, changes, rules, user=user, trigger="start")
+            audit_routing_changes(audit, changes, rules, user=user, trigger=trigger)
     return changes

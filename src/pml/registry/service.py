@@ -82,7 +82,7 @@ class CapabilityRegistry:
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self._db = db
-        self._routing = routing or RoutingRules()
+        self.routing = routing or RoutingRules()  # [routing]; a reload replaces it
         self._clock = clock
         self._changes = ChangeAnnouncer(db)
         # Where renames are audited (``CAPABILITY_RENAMED``), when a policy pipeline runs.
@@ -392,8 +392,8 @@ class CapabilityRegistry:
                     capability_routing[ref] = found[0].routing
         return resolve_routing(
             tools,
-            cloud_patterns=self._routing.cloud,
-            local_patterns=self._routing.local,
+            cloud_patterns=self.routing.cloud,
+            local_patterns=self.routing.local,
             explicit=explicit,
             capability_routing=capability_routing,
         )
