@@ -9,10 +9,12 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
+from pml.registry.models import ListQuery
 from pml.registry.names import tool_name_for
 from pml.registry.scope import Scope
-from pml.registry.service import CapabilityRegistry
+from pml.registry.service import CapabilityDraft, CapabilityRegistry
 from pml.storage.database import Database, head_revision
+from pml.storage.session_repo import McpSessionStore, SessionRecord, mcp_sessions
 from pml.storage.tables import capability_records, metadata
 
 pytestmark = pytest.mark.anyio
@@ -32,7 +34,7 @@ def _differences(conn: sa.Connection) -> list[object]:
 async def test_a_blank_database_is_migrated_to_head_on_open(blank_url: str) -> None:
     db = await Database.open(blank_url)
     try:
-        assert await db.current_revision() == head_revision() == "0011"
+        assert await db.current_revision() == head_revision() == "0012"
         async with db.read() as conn:
             differences = await conn.run_sync(_differences)
         assert differences == []
@@ -434,5 +436,34 @@ async def test_upgrading_to_0011_copies_version_tags_and_keeps_records_active(
         scope = Scope("acme", "webapp", "erwan")
         assert (await registry.resolve(scope, "reader@v1.0.0")).version.code == "return 1"
         assert (await registry.resolve(scope, "reader")).record.archived is False
+    finally:
+        await db.close()
+
+
+async def test_upgrading_to_0012_adds_shared_mcp_sessions_and_keeps_capabilities(
+    blank_url: str,
+) -> None:
+    scope = Scope("acme", "webapp", "erwan")
+    db = await Database.open(blank_url, migrate=False)
+    try:
+        await db.upgrade("0011")
+        async with db.read() as conn:
+            tables_before = await conn.run_sync(lambda sync: sa.inspect(sync).get_table_names())
+        registry = CapabilityRegistry(db)
+        await registry.capture(
+            scope, CapabilityDraft(code="return 12", intent="a dozen"), latency_ms=1.0
+        )
+        await db.upgrade()
+        store = McpSessionStore(db)
+        record = SessionRecord("a" * 64, "b" * 64, scope, "2025-11-25", {"capabilities": {}})
+        await store.record(record)
+        async with db.read() as conn:
+            count = await conn.execute(sa.select(sa.func.count()).select_from(mcp_sessions))
+            sessions = count.scalar_one()
+        assert "mcp_sessions" not in tables_before
+        assert await db.current_revision() == "0012"
+        assert sessions == 1
+        assert await store.find("a" * 64, idle_s=60) == record
+        assert (await registry.list(scope, ListQuery())).total == 1
     finally:
         await db.close()

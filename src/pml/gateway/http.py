@@ -41,6 +41,7 @@ from pml.gateway.notify import ToolListNotifier
 from pml.gateway.readiness import readiness
 from pml.gateway.reload import ReloadSource, reloading
 from pml.gateway.server import Gateway, open_gateway
+from pml.gateway.shared_sessions import shared_sessions_app
 from pml.registry.scope import Principal
 from pml.storage.catalog_repo import CatalogStore
 from pml.telemetry import tracing
@@ -144,7 +145,9 @@ def create_app(
         Route("/ready", ready, methods=["GET"]),
         metrics_route(process_metrics(), scraped),
     ]
-    app = gateway.server.streamable_http_app(host=host, custom_starlette_routes=routes)
+    app = shared_sessions_app(
+        gateway.server, db=gateway.db, notifier=gateway.server.notifier, host=host, routes=routes
+    )
     services = web_services_of(gateway)
     app.router.routes.extend(web_routes(services, authenticate=as_key_check(authenticate)))
     app.add_middleware(
