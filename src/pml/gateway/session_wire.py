@@ -1,6 +1,6 @@
 """The pieces of a shared MCP session that travel between replicas: ids, owners, replies.
 
-    session_id = new_session_id()                 # 128 random bits, 32 hex characters
+    is_session_id(session_id)                     # 32 lowercase hex digits, else never looked up
     session_hash(session_id)                      # what the database keeps
     dispatcher = ReplicaDispatcher(read, write, tag=tag, on_initialized=record)
     reply = reply_of(body)                        # a client's answer to our request, if it is one
@@ -57,13 +57,9 @@ Reply = JSONRPCResponse | JSONRPCError
 Initialized = Callable[[Connection], Awaitable[None]]
 
 
-def new_session_id() -> str:
-    """A fresh session id: 128 random bits as 32 lowercase hex characters."""
-    return secrets.token_hex(16)
-
-
 def is_session_id(value: str) -> bool:
-    """Whether ``value`` has the shape of a session id PML issues (checked before any lookup)."""
+    """Whether ``value`` has the shape of the session ids the SDK issues (a random UUID's 32
+    lowercase hex digits); checked before any database lookup."""
     return SESSION_ID.fullmatch(value) is not None
 
 
