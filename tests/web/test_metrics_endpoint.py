@@ -9,11 +9,22 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from e2e.support import (
+    Upstream,
+    create_key,
+    http_client,
+    pml_http,
+    python_server,
+    sqlite_url,
+    write_config,
+)
+from pml import __version__
 from pml.gateway.http import create_app
 from pml.gateway.keys import ApiKeys
 from pml.registry.scope import Scope
@@ -341,3 +352,39 @@ async def test_many_made_up_tool_names_add_no_series(scraper: Scraper) -> None:
     # at most the "other" series appear (counter and histogram), never one per name
     grown = len(second.text.splitlines()) - len(first.text.splitlines())
     assert grown <= 40
+
+
+@pytest.mark.e2e
+async def test_a_real_pml_serve_http_answers_a_scraper_with_the_token(tmp_path: Path) -> None:
+    time_server = Upstream(
+        "time", str(python_server("mcp-server-time")), ("--local-timezone", "UTC")
+    )
+    config = write_config(
+        tmp_path / "pml.toml",
+        [time_server],
+        database_url=sqlite_url(tmp_path),
+        extra={"telemetry": {"metrics_token": TOKEN}},
+    )
+    key = create_key(config, "local", "default")["key"]
+    with pml_http(config, tmp_path / "pml.log") as gateway:
+        async with httpx.AsyncClient(timeout=10.0) as http:
+            bearer = {"Authorization": f"Bearer {TOKEN}"}
+            before = parsed((await http.get(f"{gateway.base_url}/metrics", headers=bearer)).text)
+            async with http_client(gateway.mcp_url, key) as client:
+                result = await client.call_tool("time__get_current_time", {"timezone": "UTC"})
+            response = await http.get(f"{gateway.base_url}/metrics", headers=bearer)
+            agent = await http.get(
+                f"{gateway.base_url}/metrics", headers={"Authorization": f"Bearer {key}"}
+            )
+            health = await http.get(f"{gateway.base_url}/health")
+
+    assert not result.is_error
+    assert response.status_code == 200
+    assert agent.status_code == 403
+    after = parsed(response.text)
+    labels = {"tool": "time__get_current_time", "lane": "mcp", "outcome": "ok"}
+    assert value(after, "pml_tool_calls_total", **labels) == (
+        value(before, "pml_tool_calls_total", **labels) + 1
+    )
+    assert value(after, "pml_upstream_server_state", server="time", state="running") == 1
+    assert health.json() == {"status": "ok", "version": __version__}

@@ -122,7 +122,7 @@ class LogObserver:
     def _slow(self, step: Step) -> None:
         attributes = step.attributes
         fields: dict[str, str] = {}
-        for name in ("tool", "server", "mode", "lane", "user"):
+        for name in ("server", "tool", "mode", "lane", "user"):
             if name in attributes:
                 fields[name] = shown(attributes[name])
         what = " ".join(f"{name}={json.dumps(value)}" for name, value in fields.items())
