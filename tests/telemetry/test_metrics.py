@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Generator
 from datetime import UTC, datetime
 
@@ -332,3 +334,10 @@ async def test_approvals_pending_keeps_its_last_count_when_the_database_fails(
     assert await pending.refresh() == 1
     assert pending.reads == 2
     await db.close()
+
+
+def test_the_cli_loads_without_prometheus_client() -> None:
+    # Short commands must stay fast: the metrics are imported by the serving gateway only.
+    code = "import sys, pml.cli.app; print('prometheus_client' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

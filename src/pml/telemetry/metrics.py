@@ -337,7 +337,7 @@ def observing(tools: ToolNameSource, registry: ChangeSource | None = None) -> Ge
 
 def count_auth_failure(reason: str) -> None:
     """One HTTP request refused for its key: ``missing``, ``malformed``, ``invalid`` or
-    ``forbidden`` (a valid key whose role may not)."""
+    ``forbidden`` (a valid key whose role may not: an agent key at ``/metrics``)."""
     reason = reason if reason in AUTH_FAILURE_REASONS else OTHER
     process_metrics().auth_failures.child(reason).inc()
 
