@@ -17,7 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+import typer
 import yaml
+
+from pml.cli.app import app
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO / "Dockerfile"
@@ -25,6 +28,7 @@ DOCKERIGNORE = REPO / ".dockerignore"
 COMPOSE = REPO / "compose.yaml"
 UNIT = REPO / "deploy" / "systemd" / "pml.service"
 ENV_EXAMPLE = REPO / "deploy" / "pml.env.example"
+DEPLOYMENT_DOC = REPO / "docs" / "deployment.md"
 
 # A tag naming a patch release (3.11.14-slim-bookworm, 15.20) or a digest: never latest/3.11.
 _PINNED_IMAGE = re.compile(r"^[\w./-]+(:\d+\.\d+\.\d+[\w.-]*|@sha256:[0-9a-f]{64})$")
@@ -319,3 +323,17 @@ def compose_pml_environment(password: str) -> dict[str, str]:
         for key, value in service["environment"].items()
     }
     return {**env_file_entries(ENV_EXAMPLE.read_text()), **given}
+
+
+def pml_command(words: list[str]) -> Any:
+    """The command ``pml WORDS...`` reaches; fails on an unknown command or option."""
+    command: Any = typer.main.get_command(app)
+    for index, word in enumerate(words):
+        subcommands = getattr(command, "commands", None)
+        if word.startswith("-"):
+            options = {opt for param in command.params for opt in getattr(param, "opts", [])}
+            assert word.split("=")[0] in options, f"pml {' '.join(words[:index])}: no {word}"
+        elif subcommands is not None:
+            assert word in subcommands, f"pml has no command {' '.join(words[: index + 1])}"
+            command = subcommands[word]
+    return command

@@ -5,6 +5,7 @@ the commands they run are run against a real PostgreSQL (tests/test_deploy_run.p
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -13,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
 
 from deploy_rules import (
     COMPOSE,
+    DEPLOYMENT_DOC,
     DOCKERFILE,
     DOCKERIGNORE,
     ENV_EXAMPLE,
@@ -34,12 +35,12 @@ from deploy_rules import (
     excluded_from_context,
     exec_form,
     interpolate,
+    pml_command,
     pml_invocations,
     unit_entries,
     unit_problems,
 )
-from pml.cli.app import app
-from pml.config import load_settings
+from pml.config import Settings, load_settings
 from pml.discovery.minilm import MODEL_PACKAGE, TOKENIZER_PACKAGE
 from pml.errors import ConfigError
 from pml.llm import llm_api_key
@@ -58,20 +59,6 @@ PRIVATE_FILES = (
     "tests/conftest.py",
     "src/pml/__pycache__/config.cpython-311.pyc",
 )
-
-
-def pml_command(words: list[str]) -> Any:
-    """The command ``pml WORDS...`` reaches; fails on an unknown command or option."""
-    command: Any = typer.main.get_command(app)
-    for index, word in enumerate(words):
-        subcommands = getattr(command, "commands", None)
-        if word.startswith("-"):
-            options = {opt for param in command.params for opt in getattr(param, "opts", [])}
-            assert word.split("=")[0] in options, f"pml {' '.join(words[:index])}: no {word}"
-        elif subcommands is not None:
-            assert word in subcommands, f"pml has no command {' '.join(words[: index + 1])}"
-            command = subcommands[word]
-    return command
 
 
 # -- Dockerfile -------------------------------------------------------------------------
@@ -136,10 +123,11 @@ def test_every_pml_command_the_deploy_files_run_exists() -> None:
         if i.keyword == "CMD"
     ]
     lines += [value for _, key, value in unit_entries(UNIT.read_text()) if key.startswith("Exec")]
-    lines += [
-        line.split("docker compose exec pml ", 1)[1]
-        for line in COMPOSE.read_text().splitlines()
-        if "docker compose exec pml " in line
+    shown = [*COMPOSE.read_text().splitlines(), *DEPLOYMENT_DOC.read_text().splitlines()]
+    lines += [  # commands as written in compose.yaml's header and the doc's code blocks
+        line.split("docker compose exec pml ", 1)[1].split("#")[0]
+        for line in shown
+        if line.lstrip("# ").startswith("docker compose exec pml ")
     ]
     invocations = [words for line in lines for words in pml_invocations(line)]
     assert {tuple(words[:2]) for words in invocations} >= {
@@ -149,6 +137,13 @@ def test_every_pml_command_the_deploy_files_run_exists() -> None:
     }
     for words in invocations:
         assert pml_command(words).callback is not None
+
+
+def test_every_file_the_deployment_doc_links_exists() -> None:
+    links = re.findall(r"\]\(([^)#\s]+)", DEPLOYMENT_DOC.read_text())
+    assert {"../compose.yaml", "replicas.md", "reload.md", "metrics.md"} <= set(links)
+    missing = [link for link in links if not (DEPLOYMENT_DOC.parent / link).exists()]
+    assert missing == []
 
 
 # -- .dockerignore and the build context ------------------------------------------------
@@ -268,9 +263,10 @@ def test_every_example_setting_is_valid_when_uncommented(tmp_path: Path) -> None
     config = tmp_path / "pml.toml"
     config.write_text('[scope]\norg = "from-file"\nproject = "from-file"\n')
     environ = env_file_entries(ENV_EXAMPLE.read_text(), uncomment=True)
-    assert set(environ) - {"PML_CONFIG", "LLM_API_KEY"} <= {
-        k for k in environ if k.startswith("PML_")
-    }
+    compose_keys = compose_document()["services"]["pml"]["environment"]
+    named = {key.removeprefix("PML_").split("__")[0].lower() for key in [*environ, *compose_keys]}
+    # PML ignores a top-level PML_ variable naming no setting: a typo would go unnoticed.
+    assert named - {"config", "llm_api_key"} <= set(Settings.model_fields)
     environ["PML_CONFIG"], environ["LLM_API_KEY"] = str(config), "sk-test"
     settings = load_settings(environ=environ, cwd=tmp_path)
     assert settings.scope.org == "acme", "the environment beats pml.toml"

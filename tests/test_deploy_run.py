@@ -92,35 +92,40 @@ def service_start(database_url: str, port: int, home: Path) -> tuple[list[str], 
     return ["/bin/sh", "-c", script], environ
 
 
-def read_until(stream: IO[str], needle: str, timeout_s: float) -> str:
-    """The lines of ``stream`` up to the one holding ``needle`` (bounded; EOF fails)."""
-    lines: queue.Queue[str] = queue.Queue()
+class Output:
+    """A process's merged stdout and stderr, read by one thread, waited on line by line."""
 
-    def pump() -> None:
+    def __init__(self, stream: IO[str]) -> None:
+        self._lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
+
+    def _pump(self, stream: IO[str]) -> None:
         for line in stream:
-            lines.put(line)
-        lines.put("")
+            self._lines.put(line)
+        self._lines.put("")  # end of output
 
-    threading.Thread(target=pump, daemon=True).start()
-    seen: list[str] = []
-    deadline = time.monotonic() + timeout_s
-    while (left := deadline - time.monotonic()) > 0:
-        try:
-            line = lines.get(timeout=left)
-        except queue.Empty:
-            break
-        if not line:
-            break
-        seen.append(line)
-        if needle in line:
-            return "".join(seen)
-    raise AssertionError(f"no {needle!r} within {timeout_s:.0f} s:\n{''.join(seen)[-3000:]}")
+    def wait_for(self, needle: str, timeout_s: float = START_TIMEOUT_S) -> str:
+        """The next line holding ``needle`` (bounded; the end of output fails)."""
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self._lines.get(timeout=left)
+            except queue.Empty:
+                break
+            if not line:
+                break
+            self.seen.append(line)
+            if needle in line:
+                return line
+        shown = "".join(self.seen)[-3000:]
+        raise AssertionError(f"no {needle!r} within {timeout_s:.0f} s:\n{shown}")
 
 
 @contextmanager
 def started(
     argv: list[str], environ: dict[str, str], cwd: Path
-) -> Iterator[tuple[subprocess.Popen[str], str]]:
+) -> Iterator[tuple[subprocess.Popen[str], Output]]:
     """Run ``argv`` until it announces the gateway; kill whatever of its tree is left after."""
     process = subprocess.Popen(
         argv,
@@ -134,7 +139,8 @@ def started(
     tree: dict[int, list[str]] = {}
     try:
         assert process.stdout is not None
-        output = read_until(process.stdout, "PML gateway: MCP at", START_TIMEOUT_S)
+        output = Output(process.stdout)
+        output.wait_for("PML gateway: MCP at")
         tree = process_tree(process.pid)
         yield process, output
     finally:
@@ -144,49 +150,57 @@ def started(
         kill_all(wait_gone([pid for pid in tree if pid != process.pid], timeout_s=2.0))
 
 
+def pml(environ: dict[str, str], cwd: Path, *args: str) -> str:
+    """``pml ARGS...`` beside the gateway, as ``docker compose exec pml pml ...`` runs it."""
+    done = subprocess.run(
+        [str(BIN / "pml"), *args],
+        env=environ,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, f"pml {' '.join(args)}: {done.stderr}"
+    return done.stdout
+
+
+def reload_as_deployed(how: str, environ: dict[str, str], cwd: Path, pid: int) -> None:
+    """``docker compose exec pml pml reload``, or the unit's ExecReload with its $MAINPID."""
+    if how == "container":
+        told = json.loads(pml(environ, cwd, "reload", "--json"))
+        assert [gateway["pid"] for gateway in told] == [pid]
+        return
+    units = unit_entries(UNIT.read_text())
+    command = next(value for _, key, value in units if key == "ExecReload")
+    argv = [word.replace("$MAINPID", str(pid)) for word in command.split()]
+    assert subprocess.run(argv, timeout=10, check=False).returncode == 0
+
+
 @pytest.mark.postgres
 @pytest.mark.e2e
 @pytest.mark.usefixtures("anyio_backend")
 @pytest.mark.parametrize("how", ["container", "systemd"])
-def test_the_deploy_command_migrates_a_blank_database_serves_and_stops_on_sigterm(
+def test_the_deploy_commands_migrate_a_blank_database_serve_reload_and_stop_on_sigterm(
     how: str, blank_postgres_url: str, tmp_path: Path
 ) -> None:
     port = free_port()
     start = container_start if how == "container" else service_start
     argv, environ = start(blank_postgres_url, port, tmp_path)
     with started(argv, environ, tmp_path) as (process, output):
-        assert f"to {head_revision()}" in output, "pml db upgrade ran first, on the blank database"
+        upgraded = "".join(output.seen)
+        assert f"to {head_revision()}" in upgraded, "pml db upgrade ran first, on a blank database"
         assert subprocess.run(healthcheck(port), timeout=30, check=False).returncode == 0
-        made = subprocess.run(
-            [
-                str(BIN / "pml"),
-                "keys",
-                "create",
-                "--org",
-                "acme",
-                "--project",
-                "web",
-                "--user",
-                "ana",
-                "--role",
-                "admin",
-                "--json",
-            ],
-            env=environ,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert made.returncode == 0, made.stderr
-        key = json.loads(made.stdout)["key"]
+        made = pml(environ, tmp_path, "keys", "create", "--org", "acme", "--project", "web",
+                   "--user", "ana", "--role", "admin", "--json")  # fmt: skip
         api = f"http://127.0.0.1:{port}/api/capabilities"
-        assert (
-            httpx.get(api, headers={"Authorization": f"Bearer {key}"}, timeout=10).status_code
-            == 200
-        )
+        bearer = {"Authorization": f"Bearer {json.loads(made)['key']}"}
+        assert httpx.get(api, headers=bearer, timeout=10).status_code == 200
         assert httpx.get(api, timeout=10).status_code == 401
+        reload_as_deployed(how, environ, tmp_path, process.pid)
+        assert "no change" in output.wait_for("reloaded")
+        assert process.poll() is None
+        assert subprocess.run(healthcheck(port), timeout=30, check=False).returncode == 0
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=STOP_TIMEOUT_S) == 0
 
