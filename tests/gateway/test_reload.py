@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import signal
+import threading
 from pathlib import Path
 
 import anyio
@@ -318,3 +319,31 @@ async def test_a_request_made_during_start_up_is_served_once_serving(
             while running.reloader.reloads < 1:  # noqa: ASYNC110 - the count has no event
                 await anyio.sleep(0.01)
     assert running.gateway.settings.permissions.deny == ["a:*"]
+
+
+async def test_a_burst_of_sighups_never_runs_two_reloads_at_once(running: Running) -> None:
+    load = config_loader(running.config, environ={}, cwd=running.config.parent)
+    inside, most = 0, 0
+    guard = threading.Lock()
+
+    def counted_load() -> Settings:
+        nonlocal inside, most
+        with guard:
+            inside += 1
+            most = max(most, inside)
+        try:
+            return load()
+        finally:
+            with guard:
+                inside -= 1
+
+    reloader = Reloader(running.gateway, counted_load)
+    with sighup_requests() as requests:
+        async with reloader.serving(requests):
+            for _ in range(50):
+                os.kill(os.getpid(), signal.SIGHUP)
+            with anyio.fail_after(10):
+                while reloader.reloads < 1 or requests.pending:  # noqa: ASYNC110 - no event
+                    await anyio.sleep(0.01)
+    assert most == 1
+    assert 1 <= reloader.reloads <= 2  # one running, at most one more for those that came during it
