@@ -7,7 +7,6 @@ memory; what reaches a real collector is the business of ``test_tracing``.
 from __future__ import annotations
 
 from collections.abc import Generator
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -16,7 +15,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanContext, SpanKind, StatusCode
 
-from pml.errors import NotFound
+from pml.errors import NotFound, StorageError
 from pml.storage.database import Database
 from pml.telemetry import observe
 from pml.telemetry.spans import StepSpans, database_spans
@@ -208,41 +207,33 @@ def test_a_stdio_call_without_trace_context_is_a_root_server_span(
 # -- database statements -----------------------------------------------------------------------
 
 
-@pytest.fixture
-async def database(tmp_path: Path) -> Database:
-    return await Database.open(f"sqlite:///{tmp_path / 'pml.db'}")
-
-
 @pytest.mark.anyio
 async def test_statements_inside_a_step_get_client_spans_and_others_none(
-    recorded: tuple[InMemorySpanExporter, TracerProvider], database: Database
+    recorded: tuple[InMemorySpanExporter, TracerProvider], db: Database
 ) -> None:
     tracer = recorded[1].get_tracer("pml")
-    try:
-        with database_spans(tracer):
-            async with database.read() as conn:
-                await conn.execute(sa.text("SELECT 1"))  # outside any step: no span
-            with observe.step("execute", mode="code"):
-                async with database.read() as conn:
-                    await conn.execute(sa.text("SELECT count(*) FROM capability_records"))
-                await database.first(sa.text("SELECT 2 FROM capability_records"), {})
-        with observe.step("policy", source="x"):  # listeners removed: no span
-            async with database.read() as conn:
-                await conn.execute(sa.text("SELECT 3"))
-    finally:
-        await database.close()
+    with database_spans(tracer):
+        async with db.read() as conn:
+            await conn.execute(sa.text("SELECT 1"))  # outside any step: no span
+        with observe.step("execute", mode="code"):
+            async with db.read() as conn:
+                await conn.execute(sa.text("SELECT count(*) FROM capability_records"))
+            await db.first(sa.text("SELECT 2 FROM capability_records"), {})
+    with observe.step("policy", source="x"):  # listeners removed: no span
+        async with db.read() as conn:
+            await conn.execute(sa.text("SELECT 3"))
     spans = finished(recorded)
     statements = [span for span in spans if span.kind is SpanKind.CLIENT]
-    assert [span.name for span in statements] == [
-        "BEGIN",  # SQLite transactions are begun explicitly (storage.database)
-        "SELECT capability_records",
-        "SELECT capability_records",
-    ]
+    # SQLite transactions are begun by an explicit BEGIN statement (storage.database)
+    selects = [span for span in statements if span.name != "BEGIN"]
+    assert [span.name for span in selects] == ["SELECT capability_records"] * 2
     execute = one(spans, "execute")
-    for span in statements[1:]:
+    for span in statements:
         assert parent_id(span) == context_of(execute).span_id
         attributes = dict(span.attributes or {})
-        assert attributes["db.system.name"] == "sqlite"
+        assert attributes["db.system.name"] == db.dialect
+    for span in selects:
+        attributes = dict(span.attributes or {})
         assert attributes["db.operation.name"] == "SELECT"
         assert attributes["db.collection.name"] == "capability_records"
         assert str(attributes["db.query.text"]).startswith("SELECT")
@@ -250,19 +241,17 @@ async def test_statements_inside_a_step_get_client_spans_and_others_none(
 
 @pytest.mark.anyio
 async def test_a_failed_statement_is_an_error_span(
-    recorded: tuple[InMemorySpanExporter, TracerProvider], database: Database
+    recorded: tuple[InMemorySpanExporter, TracerProvider], db: Database
 ) -> None:
     tracer = recorded[1].get_tracer("pml")
-    try:
-        with (
-            database_spans(tracer),
-            observe.step("execute", mode="code"),
-            pytest.raises(Exception, match="no_such_table"),
-        ):
-            async with database.read() as conn:
-                await conn.execute(sa.text("SELECT * FROM no_such_table"))
-    finally:
-        await database.close()
+    with (
+        database_spans(tracer),
+        observe.step("execute", mode="code"),
+        pytest.raises(StorageError, match="no_such_table"),
+    ):
+        async with db.read() as conn:
+            await conn.execute(sa.text("SELECT * FROM no_such_table"))
     failed = one(finished(recorded), "SELECT no_such_table")
     assert failed.status.status_code is StatusCode.ERROR
-    assert (failed.attributes or {})["error.type"] == "OperationalError"
+    expected = "OperationalError" if db.dialect == "sqlite" else "ProgrammingError"
+    assert (failed.attributes or {})["error.type"] == expected

@@ -207,7 +207,7 @@ class _DatabaseSpans:
         if span is not None:
             setattr(execution, _DB_SPAN, None)
             error = exception_context.original_exception
-            span.set_attribute("error.type", type(error).__qualname__)
+            span.set_attribute("error.type", type(error).__name__)  # the DB-API class
             span.set_status(Status(StatusCode.ERROR))
             span.end()
 
