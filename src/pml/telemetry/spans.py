@@ -17,10 +17,10 @@ codes only, never arguments, results or error messages (which may quote argument
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Generator, Mapping
 from contextlib import contextmanager
+from contextvars import Token
 from typing import Any, Final
 
 import sqlalchemy as sa
@@ -30,8 +30,6 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from sqlalchemy import event
 
 from pml.telemetry.observe import Step
-
-logger = logging.getLogger(__name__)
 
 MAX_VALUE: Final = 256  # longest attribute value a step contributes (a tool name, a rule)
 MAX_QUERY: Final = 1000  # longest statement shown (parameters are bound, never inlined)
@@ -67,7 +65,11 @@ class _Open:
     __slots__ = ("begun", "server", "span", "token")
 
     def __init__(
-        self, span: trace.Span, token: object, server: trace.Span | None, begun: dict[str, str]
+        self,
+        span: trace.Span,
+        token: Token[otel_context.Context],
+        server: trace.Span | None,
+        begun: dict[str, str],
     ) -> None:
         self.span = span
         self.token = token
@@ -105,7 +107,7 @@ class StepSpans:
                 span.set_attribute("error.type", _error_type(step))
         finally:
             span.end()
-            otel_context.detach(token.token)  # pyright: ignore[reportArgumentType]
+            otel_context.detach(token.token)
             if token.server is not None:
                 if failed(step):
                     token.server.set_attribute("error.type", _error_type(step))
