@@ -158,6 +158,24 @@ def test_no_running_gateway_is_one_line_error_and_exit_1(workdir: Path) -> None:
     assert json.loads(result.stdout)["error"]["code"] == "NOT_FOUND"
 
 
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [
+        ("é/日本.toml", "é/日本.toml"),
+        ("a\nb.toml", "a\\nb.toml"),
+        ("\x1b[2J.toml", "\\x1b[2J.toml"),
+        ("x" * 5000 + ".toml", "x" * 200),
+    ],
+)
+def test_hostile_config_paths_are_named_safely_on_one_line(
+    workdir: Path, given: str, shown: str
+) -> None:
+    line = assert_one_line_error(reload("--config", given), "NOT_FOUND")
+    assert shown in line
+    assert "\x1b" not in line
+    assert len(line) < 500
+
+
 def stale_file(tmp_path: Path, config: Path, pid: int, **fields: object) -> Path:
     directory = runs(tmp_path)
     directory.mkdir(parents=True, exist_ok=True)

@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
         path = find_config(config_path(ctx, config), os.environ, Path.cwd())
         directory = run_directory(Path(user_data_dir("pml")))
         told = tell_to_reload(running_gateways(directory, path))
-        shown = str(path) if path is not None else "the default settings (no config file)"
+        shown = _shown(path) if path is not None else "the default settings (no config file)"
         if not told:
             raise fail(NotFound(f"no gateway is running with {shown}"), as_json=as_json)
         if as_json:
@@ -64,3 +64,13 @@ def register(app: typer.Typer) -> None:
         pids = ", ".join(str(gateway.pid) for gateway in told)
         plural = "gateway" if count == 1 else "gateways"
         typer.echo(f"told {count} {plural} to reload {shown} (pid {pids}); each logs the outcome")
+
+
+MAX_SHOWN = 300
+
+
+def _shown(path: Path) -> str:
+    """A path as one safe line: control characters escaped, a very long one cut."""
+    text = str(path)
+    cut = text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN] + "…"
+    return "".join(char if char.isprintable() else ascii(char)[1:-1] for char in cut)
