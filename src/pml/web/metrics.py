@@ -1,6 +1,7 @@
 """``GET /metrics``: the gateway's Prometheus metrics, for an admin key or the scrape token.
 
-    route = metrics_route(MetricsSources(gateway.pool, gateway.db))   # in create_app
+    sources = MetricsSources(gateway.pool.status, gateway.db)
+    route = metrics_route(process_metrics(), sources)                  # in create_app
     # curl -H "Authorization: Bearer $TOKEN" http://127.0.0.1:8765/metrics
 
 What steps did is counted as they end (``pml.telemetry.metrics``); what things are now is
