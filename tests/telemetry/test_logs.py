@@ -4,9 +4,11 @@ settings that refuse odd values. The last tests run a real ``pml serve``."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import subprocess
+import sys
 from collections.abc import AsyncGenerator, Generator
 from pathlib import Path
 from typing import Any
@@ -135,6 +137,22 @@ def test_configuring_again_replaces_the_handler_and_drops_old_logger_levels(
     assert [line["message"] for line in lines(capsys.readouterr().err)] == ["once"]
     named = [h for h in logging.getLogger().handlers if h.get_name() == logs.HANDLER_NAME]
     assert len(named) == 1
+
+
+def test_lines_go_to_the_stderr_of_the_moment_even_after_a_borrowed_one_closed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    borrowed = io.StringIO()
+    real, sys.stderr = sys.stderr, borrowed  # e.g. a CLI runner serving in-process
+    try:
+        logs.configure(LogSettings(format="json"))
+    finally:
+        sys.stderr = real
+    borrowed.close()
+
+    logging.getLogger("pml.gateway").warning("still written")
+
+    assert [line["message"] for line in lines(capsys.readouterr().err)] == ["still written"]
 
 
 # -- the access log ----------------------------------------------------------------------------

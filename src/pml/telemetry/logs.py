@@ -74,6 +74,18 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str, separators=(",", ":"))
 
 
+class StderrHandler(logging.StreamHandler[Any]):
+    """Writes to whatever ``sys.stderr`` is when a record comes (as logging's last resort
+    does): a caller that swaps it for a while, then closes its copy, breaks nothing."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self) -> Any:  # pyright: ignore[reportIncompatibleVariableOverride]
+        return sys.stderr
+
+
 def _iso(created: float) -> str:
     return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
@@ -205,7 +217,7 @@ def configure(settings: LogSettings) -> None:
     """Apply ``[log]`` to this process (again on each call: the last settings win)."""
     root = logging.getLogger()
     _remove_handlers(root, HANDLER_NAME)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler()
     handler.set_name(HANDLER_NAME)
     handler.setFormatter(JsonFormatter() if settings.format == "json" else _text_formatter())
     root.addHandler(handler)
@@ -243,7 +255,7 @@ def _configure_access(enabled: bool) -> None:
     access_log.disabled = not enabled
     access_log.propagate = not enabled
     if enabled:  # JSON whatever the format: the access log is read by programs
-        handler = logging.StreamHandler(sys.stderr)
+        handler = StderrHandler()
         handler.set_name(ACCESS_HANDLER_NAME)
         handler.setFormatter(JsonFormatter())
         access_log.addHandler(handler)
