@@ -51,7 +51,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from pml.errors import InvalidInput, PmlError
+from pml.errors import InvalidInput, LimitExceeded, PmlError
 from pml.gateway.notify import ToolListNotifier
 from pml.gateway.replica_link import TOUCH_INTERVAL_S, ReplicaLink
 from pml.gateway.session_http import (
@@ -133,6 +133,9 @@ class SharedSessionManager(StreamableHTTPSessionManager):
             return
         try:
             transport = await self._session_for(session_id, requestor_of(scope))
+        except LimitExceeded as error:
+            await refusal(error.message, 503)(scope, receive, send)
+            return
         except PmlError as error:
             logger.warning("MCP session not checked: %s", error)
             await refusal("Sessions cannot be checked now; retry", 503)(scope, receive, send)
@@ -179,7 +182,8 @@ class SharedSessionManager(StreamableHTTPSessionManager):
         self, session_id: str, requestor: Requestor
     ) -> StreamableHTTPServerTransport | None:
         """The session's transport here (adopted from the database if need be), or None
-        when it is unknown, ended or another key's; StorageError when the check fails."""
+        when it is unknown, ended or another key's; StorageError when the check fails,
+        LimitExceeded when this replica holds ``max_sessions`` already."""
         transport = self._server_instances.get(session_id)
         if transport is not None:
             if requestor != self._session_owners.get(session_id):
@@ -198,13 +202,13 @@ class SharedSessionManager(StreamableHTTPSessionManager):
 
     async def _adopt(
         self, session_id: str, requestor: Requestor, record: SessionRecord
-    ) -> StreamableHTTPServerTransport | None:
+    ) -> StreamableHTTPServerTransport:
         async with self._session_creation_lock:
             transport = self._server_instances.get(session_id)
             if transport is not None:
                 return transport  # adopted meanwhile by a concurrent request
             if self.max_sessions is not None and len(self._server_instances) >= self.max_sessions:
-                return None
+                raise LimitExceeded("Too many open sessions on this replica; retry")
             transport = StreamableHTTPServerTransport(
                 mcp_session_id=session_id,
                 is_json_response_enabled=self.json_response,
