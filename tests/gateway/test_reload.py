@@ -26,7 +26,7 @@ from gateway.reloading import (
     running_fixture,  # noqa: F401 - a fixture
     write,
 )
-from gateway.upstreams import ListChanged, data_of, error_of
+from gateway.upstreams import ListChanged, Upstream, data_of, error_of
 from pml.config import Settings
 from pml.gateway.reload import (
     Reloader,
@@ -36,6 +36,8 @@ from pml.gateway.reload import (
     settings_diff,
     sighup_requests,
 )
+from pml.gateway.server import open_gateway
+from pml.upstream.pool import ClientPool
 
 pytestmark = pytest.mark.anyio
 
@@ -76,7 +78,7 @@ def test_what_runs_after_a_reload_keeps_the_restart_only_settings() -> None:
             "routing": {"local": ["fs"], "trace_claim_lease_s": 99},
         }
     )
-    now = in_force(old, new, settings_diff(old, new))
+    now = in_force(old, new, settings_diff(old, new).restart)
     assert now.database_url == "sqlite:///a.db"
     assert now.scope.org == "old"
     assert now.sandbox.max_tool_calls == 3
@@ -347,3 +349,29 @@ async def test_a_burst_of_sighups_never_runs_two_reloads_at_once(running: Runnin
                     await anyio.sleep(0.01)
     assert most == 1
     assert 1 <= reloader.reloads <= 2  # one running, at most one more for those that came during it
+
+
+class FixedPool:
+    """A pool that cannot follow a new server list (the real pool behind, without
+    ``reconfigure``), as a gateway embedding PML may pass one."""
+
+    def __init__(self, pool: ClientPool) -> None:
+        self.start, self.stop, self.status = pool.start, pool.stop, pool.status
+        self.list_tools, self.call_tool = pool.list_tools, pool.call_tool
+        self.call_tool_raw, self.on_tools_changed = pool.call_tool_raw, pool.on_tools_changed
+
+
+async def test_servers_of_a_pool_that_cannot_follow_need_a_restart(
+    config: Path, sqlite_url: str
+) -> None:
+    load = config_loader(config, environ={}, cwd=config.parent)
+    pool = FixedPool(ClientPool({"a": Upstream("a").server}))
+    async with open_gateway(load(), pool=pool) as gateway:
+        reloader = Reloader(gateway, load)
+        data = base_config(sqlite_url, servers={"clock": CLOCK}, sandbox={"max_tool_calls": 9})
+        write(config, data)
+        line = (await reloader.reload()).line()
+        assert line == "reloaded: applied: [sandbox]; needs a restart (not applied): servers"
+        assert gateway.settings.servers == {}  # what runs, named again at the next reload
+        assert gateway.settings.sandbox.max_tool_calls == 9
+        assert (await reloader.reload()).restart == ("servers",)

@@ -24,7 +24,7 @@ import logging
 import signal
 import stat
 import threading
-from collections.abc import AsyncGenerator, Callable, Generator, Mapping
+from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Mapping
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,10 +92,11 @@ def settings_diff(old: Settings, new: Settings) -> SettingsDiff:
     return SettingsDiff(changed, tuple(restart))
 
 
-def in_force(old: Settings, new: Settings, diff: SettingsDiff) -> Settings:
-    """``new``, with the restart-only settings still as ``old`` has them (what now runs)."""
+def in_force(old: Settings, new: Settings, restart: Iterable[str]) -> Settings:
+    """``new``, with the ``restart`` settings (``name`` or ``section.key``) still as ``old``
+    has them: what runs after a reload."""
     kept: dict[str, Any] = {}
-    for item in diff.restart:
+    for item in restart:
         section, _, key = item.partition(".")
         if not key:
             kept[section] = getattr(old, section)
@@ -281,7 +282,7 @@ class Reloader:
         except PmlError as error:  # e.g. a permission pattern that does not compile
             return ReloadReport(refused=error.message)
         servers = await apply_settings(self._gateway, prepared)
-        self._gateway.settings = in_force(old, new, diff)
+        self._gateway.settings = in_force(old, new, prepared.restart)
         return ReloadReport(applied=prepared.applied, restart=prepared.restart, servers=servers)
 
 
