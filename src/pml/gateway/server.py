@@ -12,12 +12,10 @@ request (stdio, in-process) it is the configured ``[scope]``.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import signal
-import threading
-from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Mapping
-from contextlib import asynccontextmanager, contextmanager, nullcontext
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -48,6 +46,7 @@ from pml.gateway.services import (
     register_servers,
 )
 from pml.gateway.stdio import claim_stdio, serve_on_pipes
+from pml.gateway.stop_signals import signals_stop_children
 from pml.gateway.tools import Executor, GatewayTools
 from pml.gateway.watch import ToolListWatcher
 from pml.llm import open_llm
@@ -361,7 +360,7 @@ async def _serve_until_stopped(
     received: list[int] = []
     serving = anyio.CancelScope()  # a signal cancels the serving, never the orderly stop
     announce = reload.announce if reload is not None else nullcontext
-    with _signals_stop_children(received, serving), announce():
+    with signals_stop_children(received, serving), announce():
         async with (
             open_gateway(settings, pool=pool, llm_api_key=llm_api_key) as gateway,
             reloading(gateway, reload),
@@ -377,37 +376,3 @@ async def _serve_until_stopped(
     if received:
         signal.signal(received[0], signal.SIG_DFL)
         signal.raise_signal(received[0])
-
-
-@contextmanager
-def _signals_stop_children(received: list[int], scope: anyio.CancelScope) -> Generator[None]:
-    """From start to the end of shutdown, SIGTERM/SIGINT signal the children and cancel ``scope``.
-
-    One handler for the whole serve: a busy upstream child ignores its closed stdin, so
-    whenever PML is told to stop (also halfway through its orderly stop, when its parent's
-    patience may already be running out) the children are signalled first, in the handler
-    itself, before anything can end PML. The handler stays installed until the backstop
-    sweep has run (asyncio's own signal handling restores the default action when its
-    receiver closes, which would let a late SIGTERM end PML with children still running).
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signals reach the main thread only
-        return
-    loop = asyncio.get_running_loop()
-
-    def stop(number: int) -> None:
-        logger.warning("received %s: stopping", signal.Signals(number).name)
-        scope.cancel()
-
-    def handler(number: int, _frame: object) -> None:
-        terminate_children()
-        if number not in received:
-            received.append(number)
-            loop.call_soon_threadsafe(stop, number)
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
