@@ -10,7 +10,9 @@ way) and a ``traceparent`` HTTP header.
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import AsyncGenerator, Iterator, Mapping
@@ -271,3 +273,55 @@ def test_bad_telemetry_settings_stop_pml_serve_with_a_config_error(
     assert done.returncode != 0
     assert field in done.stderr
     assert done.stdout == ""
+
+
+def test_a_stdio_gateway_stopped_by_sigterm_still_sends_its_spans(tmp_path: Path) -> None:
+    with otlp_receiver() as receiver, recording_upstream() as upstream:
+        telemetry = {"traces": True, "otlp_endpoint": receiver.endpoint}
+        config = write_config(tmp_path, upstream, telemetry)
+        process = subprocess.Popen(
+            [str(PML), "--config", str(config), "serve", "--stdio"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=config.parent,
+        )
+        try:
+            assert process.stdin is not None
+            assert process.stdout is not None
+            lines = [
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": "2025-06-18",
+                        "capabilities": {},
+                        "clientInfo": {"name": "sigterm-test", "version": "1"},
+                    },
+                },
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {
+                    "jsonrpc": "2.0",
+                    "id": 2,
+                    "method": "tools/call",
+                    "params": {
+                        "name": "pml_execute",
+                        "arguments": EXECUTE,
+                        "_meta": {"traceparent": TRACEPARENT},
+                    },
+                },
+            ]
+            for line in lines:
+                process.stdin.write(json.dumps(line).encode() + b"\n")
+            process.stdin.flush()
+            answers = [json.loads(process.stdout.readline()) for _ in range(2)]
+            assert answers[1]["id"] == 2
+            assert "result" in answers[1]
+            process.send_signal(signal.SIGTERM)  # stdin stays open: only the signal ends it
+            assert process.wait(timeout=STOP_BOUND_S) == -signal.SIGTERM
+        finally:
+            stop_process_tree(process)
+        spans = receiver.snapshot()
+    steps = {span.name for span in by_trace(spans, CLIENT_TRACE)}
+    assert steps >= REQUEST_STEPS, f"spans lost at SIGTERM: {REQUEST_STEPS - steps}"

@@ -114,6 +114,11 @@ class TraceIngest:
         self._owners: dict[Scope, dict[str, tuple[str, str]]] = {}
         self._owners_since = time.monotonic()
 
+    @property
+    def offline(self) -> OfflineContexts | None:
+        """How traces of runs made while offline are given their context (reload retunes it)."""
+        return self._offline
+
     async def ingest(
         self, scope: Scope, items: Sequence[object], client: ClientCaller | None = None
     ) -> list[dict[str, Any]]:

@@ -158,8 +158,7 @@ def _swap_routing_and_limits(gateway: Gateway, new: Settings, rules: RoutingRule
     executor = gateway.executor
     if isinstance(executor, ExecuteService):
         executor.reconfigure(new.sandbox, routing=rules, workflow_ttl_s=new.routing.workflow_ttl_s)
-    # The trace ingest keeps its offline contexts to itself (no public accessor yet).
-    offline = getattr(gateway.traces, "_offline", None)
+    offline = gateway.traces.offline
     if isinstance(offline, OfflineContexts):
         offline.routing = rules
         offline.max_code_bytes = new.sandbox.max_code_bytes

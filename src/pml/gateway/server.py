@@ -55,7 +55,7 @@ from pml.registry.scope import Principal, Scope
 from pml.registry.service import CapabilityRegistry
 from pml.registry.tools import CapTools
 from pml.storage.database import Database
-from pml.telemetry import metrics, observe
+from pml.telemetry import metrics, observe, tracing
 from pml.upstream.base import UpstreamPool
 from pml.upstream.children import terminate_children
 from pml.web.auth import PRINCIPAL_STATE_KEY, SCOPE_STATE_KEY
@@ -374,5 +374,6 @@ async def _serve_until_stopped(
         if leftover:
             logger.warning("killed %d upstream process(es) left after shutdown", len(leftover))
     if received:
+        tracing.finish()  # the serving block never ends: send the last spans first
         signal.signal(received[0], signal.SIG_DFL)
         signal.raise_signal(received[0])

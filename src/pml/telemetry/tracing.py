@@ -14,7 +14,7 @@ OpenTelemetry's SDK is even imported.
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from contextlib import contextmanager
 from typing import Final
 
@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 TRACER_NAME: Final = "pml"
 
 _exporting_now: TraceExport | None = None
+_finish: Callable[[], None] | None = None
 
 
 def active() -> bool:
@@ -54,11 +55,26 @@ def exporting(settings: TelemetrySettings, environ: Mapping[str, str]) -> Genera
     observe.add_observer(steps)
     _exporting_now = chosen
     logger.info("traces: exporting to %s as %s", exporter.shown, chosen.service_name)
+
+    def close() -> None:
+        observe.remove_observer(steps)
+        switch.current = None
+        otlp.shut_down(provider, exporter)
+
+    global _finish
+    _finish = close
     try:
         with database_spans(tracer):
             yield
     finally:
         _exporting_now = None
-        observe.remove_observer(steps)
-        switch.current = None
-        otlp.shut_down(provider, exporter)
+        finish()
+
+
+def finish() -> None:
+    """Stop exporting and send the spans still queued (bounded); idempotent. A process
+    about to end by a signal calls it, since the ``exporting`` block never ends then."""
+    global _finish
+    close, _finish = _finish, None
+    if close is not None:
+        close()
