@@ -104,17 +104,15 @@ def main() -> None:
 
     def with_logs(access: bool) -> Callable[[], None]:
         def setup() -> None:
-            sys.stderr = devnull  # configure binds its handlers to sys.stderr
-            try:
-                logs.configure(LogSettings(access=access))
-            finally:
-                sys.stderr = stderr
+            sys.stderr = devnull  # the log handlers write to sys.stderr as it is then
+            logs.configure(LogSettings(access=access))
             observe.add_observer(metrics)
 
         return setup
 
     def without_logs() -> None:
         logs.reset()
+        sys.stderr = stderr
         root.handlers[:] = handlers
         observe.remove_observer(metrics)
 
