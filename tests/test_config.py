@@ -363,3 +363,20 @@ def test_deeply_nested_toml_is_a_config_error(tmp_path: Path) -> None:
     write(tmp_path / "pml.toml", "x = " + "[" * 100_000)
     with pytest.raises(ConfigError, match="invalid TOML"):
         load_settings(environ={}, cwd=tmp_path)
+
+
+@pytest.mark.parametrize(
+    "token",
+    ["short", "a token with spaces inside", "tok\nen-0123456789abcdef", "é" * 20, "x" * 513],
+)
+def test_a_metrics_token_a_bearer_header_cannot_carry_is_refused(token: str) -> None:
+    with pytest.raises(ConfigError, match="metrics_token"):
+        load_settings(environ={"PML_TELEMETRY__METRICS_TOKEN": token}, cwd=Path("/nonexistent"))
+
+
+def test_a_base64_metrics_token_is_accepted() -> None:
+    token = "c2NyYXBlLXRva2VuLTAxMjM0NTY3ODlhYmNkZWY+/=="
+    settings = load_settings(
+        environ={"PML_TELEMETRY__METRICS_TOKEN": token}, cwd=Path("/nonexistent")
+    )
+    assert settings.telemetry.metrics_token == token

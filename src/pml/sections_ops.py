@@ -47,7 +47,9 @@ class TelemetrySettings(BaseModel):
     # here, OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG, else every trace.
     sample_ratio: float = Field(default=1.0, ge=0, le=1, allow_inf_nan=False)
     # GET /metrics answers an admin key, or this bearer token (for a Prometheus scraper).
-    metrics_token: str | None = Field(default=None, min_length=16, max_length=512)
+    metrics_token: str | None = Field(
+        default=None, min_length=16, max_length=512, pattern=r"^[A-Za-z0-9\-._~+/]+=*$"
+    )
 
     @field_validator("otlp_endpoint")
     @classmethod

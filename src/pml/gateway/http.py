@@ -249,6 +249,7 @@ async def _serving(
     listen streams are ended when it stops (``notifier.end_streams``)."""
     config = uvicorn.Config(
         app,
+        log_config=None,  # uvicorn's own lines go through the process's logging ([log])
         log_level="warning",
         lifespan="on",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,

@@ -8,7 +8,7 @@ configuration (the route needs no key):
 - ``database``: a read answers within ``DATABASE_TIMEOUT_S``;
 - ``migrations``: the database is at the head revision this PML was built with;
 - ``servers``: every enabled, non-lazy upstream server has been attempted (none is still
-  ``starting``; a failed one was attempted, and ``/health`` is where states are shown).
+  ``starting``; a failed one was attempted; states are in ``/metrics`` and ``pml status``).
 
 ``/health`` says the process is alive; ``/ready`` whether it can serve.
 """
