@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,6 +98,7 @@ def deployment(
             workdir / "pml.toml",
             [servers["time"], servers["filesystem"]],
             database_url=database_url,
+            extra={"log": {"access": True}},
         )
         keys = {
             "acme": create_key(config, "acme", "web", "alice")["key"],
@@ -465,6 +467,67 @@ class Load:
             self.went_on.add(worker)
         if len(self.learned) >= self.calls:
             self.halfway.set()
+
+
+# -- operating the replicas ---------------------------------------------------------------
+
+
+def _counted(exposition: str, metric: str, **labels: str) -> float:
+    """The sample of ``metric`` with exactly ``labels`` in a Prometheus text exposition."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            if sample.name == metric and sample.labels == labels:
+                return sample.value
+    return 0.0
+
+
+async def test_traffic_through_the_balancer_shows_in_each_replica_s_metrics_and_access_log(
+    deployment: Deployment,
+) -> None:
+    cluster = deployment.cluster
+    admin = {"Authorization": f"Bearer {deployment.keys['admin']}"}
+    tool = "time__get_current_time"
+    labels = {"tool": tool, "lane": "mcp", "outcome": "ok"}
+
+    async def scrape() -> dict[str, float]:
+        counts: dict[str, float] = {}
+        async with httpx.AsyncClient(timeout=10.0) as http:
+            for name, replica in cluster.replicas.items():
+                if name in cluster.killed:
+                    continue
+                response = await http.get(f"{replica.url}/metrics", headers=admin)
+                assert response.status_code == 200, name
+                counts[name] = _counted(response.text, "pml_tool_calls_total", **labels)
+        return counts
+
+    def access_lines(name: str) -> int:
+        lines = cluster.replicas[name].log.read_text(errors="replace").splitlines()
+        return sum(
+            1
+            for line in lines
+            if line.startswith("{")
+            and json.loads(line).get("event") == "tool_call"
+            and json.loads(line).get("tool") == tool
+        )
+
+    before = await scrape()
+    logged_before = {name: access_lines(name) for name in before}
+    hops = Hops()
+    async with balanced_client(
+        deployment.url, deployment.keys["acme"], hops, mode=MODERN
+    ) as client:
+        for _ in range(9):
+            await client.call_tool(tool, {"timezone": "UTC"})
+    served = Counter(hops.replicas("tools/call"))
+    after = await scrape()
+
+    assert sum(served.values()) == 9
+    assert len(served) >= 2, f"round-robin should spread the calls: {served}"
+    for name, calls in served.items():
+        assert after[name] - before[name] == calls, name
+        assert access_lines(name) - logged_before[name] == calls, name
 
 
 async def test_a_replica_killed_mid_traffic_costs_only_its_in_flight_calls(
