@@ -26,6 +26,7 @@ import anyio
 from pml.config import Settings, audit_file_path
 from pml.execution.approval_desk import ApprovalDesk
 from pml.execution.approvals import ApprovalFlow
+from pml.gateway.background import in_background
 from pml.llm import JsonCompleter
 from pml.policy.audit import AuditLog
 from pml.policy.capability_map import CapabilityMap
@@ -142,17 +143,8 @@ async def _purging(
                     if purged:
                         logger.info("purged %d expired %s", purged, name)
 
-    raised: BaseException | None = None
-    async with anyio.create_task_group() as group:
-        group.start_soon(purge_forever)
-        try:
-            yield
-        except BaseException as error:  # noqa: BLE001 - re-raised below, unwrapped
-            raised = error
-        finally:
-            group.cancel_scope.cancel()
-    if raised is not None:
-        raise raised
+    async with in_background(purge_forever):
+        yield
 
 
 def _debug_printer(stream: TextIO) -> Callable[[dict[str, Any]], None]:

@@ -34,6 +34,7 @@ import anyio
 
 from pml.config import Settings, UpstreamSettings, load_settings
 from pml.errors import ConfigError, PmlError
+from pml.gateway.background import in_background
 from pml.upstream.pool import PoolChanges
 from pml.upstream.transport import UpstreamTarget
 
@@ -231,17 +232,8 @@ class Reloader:
     async def serving(self, requests: ReloadRequests) -> AsyncGenerator[None]:
         """Reload on each request while the block runs (never two at once). An exception of
         the block is raised as it is, not wrapped by the task group."""
-        raised: BaseException | None = None
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._serve, requests)
-            try:
-                yield
-            except BaseException as error:  # noqa: BLE001 - re-raised below, unwrapped
-                raised = error
-            finally:
-                group.cancel_scope.cancel()
-        if raised is not None:
-            raise raised
+        async with in_background(lambda: self._serve(requests)):
+            yield
 
     async def _serve(self, requests: ReloadRequests) -> None:
         while True:
