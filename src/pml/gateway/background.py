@@ -10,8 +10,8 @@ Unlike a bare task group, an exception of the block is raised as it is, not wrap
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable, Coroutine
-from typing import Any
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 
