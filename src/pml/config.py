@@ -53,6 +53,8 @@ from pml.sections import PolicySettings as PolicySettings
 from pml.sections import RoutingSettings as RoutingSettings
 from pml.sections import SandboxSettings as SandboxSettings
 from pml.sections import UpstreamSettings as UpstreamSettings
+from pml.sections_agent import AgentSettings as AgentSettings
+from pml.sections_agent import MemorySettings as MemorySettings
 from pml.sections_ops import LogSettings as LogSettings
 from pml.sections_ops import TelemetrySettings as TelemetrySettings
 
@@ -184,6 +186,8 @@ class Settings(BaseSettings):
     curation: CurationSettings = Field(default_factory=CurationSettings)
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     log: LogSettings = Field(default_factory=LogSettings)
+    agent: AgentSettings = Field(default_factory=AgentSettings)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
 
     @classmethod
     def settings_customise_sources(
