@@ -1,13 +1,20 @@
-"""``pml audit tail``: the newest audit events of the configured database (SPEC §10.6).
+"""``pml audit tail`` and ``pml audit show``: the audit log of the configured database
+(SPEC §10.6, §13).
 
     pml audit tail                               # the last 50 events, oldest first
     pml audit tail --org acme --event POLICY_DENIED --event PERMISSION_DENIED
     pml audit tail --follow --json               # JSON lines, streamed until Ctrl-C
+    pml audit show 4f2a9c01d3e5b7a9 [--json]     # one request's pipeline record
 
 One line per event: ``ts  event  org.project  decided_by  details``, with control and
 bidi characters of stored text shown escaped. ``--json`` prints one object per line (the
 fields of ``GET /api/audit`` items), so ``--follow --json`` is a stream a program can read.
 ``--follow`` asks for newer events every 0.5 s until Ctrl-C, which exits 0.
+
+``show`` reads the events of one request id in the ``[scope]`` org/project (or ``--org`` /
+``--project``) and prints its record (``pml.policy.pipeline_view``): ``--json`` the record as
+one object, else a readable view (``pml.cli.audit_show``). A malformed id is
+``INVALID_INPUT``; an id without events there is ``NOT_FOUND``.
 """
 
 from __future__ import annotations
@@ -19,9 +26,11 @@ from typing import Annotated, Any
 import anyio
 import typer
 
+from pml.cli.audit_show import record_lines
 from pml.cli.common import ConfigOption, load_cli_settings, print_json, run_command
 from pml.cli.status_cmd import safe_text
 from pml.errors import InvalidInput
+from pml.policy.pipeline_view import check_request_id, request_record
 from pml.storage.audit_repo import AuditRepository, AuditRow
 from pml.storage.database import Database
 
@@ -128,5 +137,42 @@ def register(app: typer.Typer) -> None:
             run_command(body, as_json=as_json)
         except KeyboardInterrupt:
             raise typer.Exit(0) from None
+
+    @group.command("show")
+    def show(
+        ctx: typer.Context,
+        request_id: Annotated[str, typer.Argument(help="The request id of the events.")],
+        as_json: Annotated[bool, typer.Option("--json", help="Print the record as JSON.")] = False,
+        org: Annotated[
+            str | None, typer.Option("--org", help="Org of the request (default: [scope] org).")
+        ] = None,
+        project: Annotated[
+            str | None,
+            typer.Option("--project", help="Project of the request (default: [scope] project)."),
+        ] = None,
+        config: ConfigOption = None,
+    ) -> None:
+        """Show one request's pipeline: router, policy, tool calls, permissions, memory, timing."""
+
+        async def body() -> dict[str, Any]:
+            checked = check_request_id(request_id)
+            settings = load_cli_settings(ctx, config)
+            db = await Database.open(settings.database_url)
+            try:
+                return await request_record(
+                    AuditRepository(db),
+                    org=settings.scope.org if org is None else org,
+                    project=settings.scope.project if project is None else project,
+                    request_id=checked,
+                )
+            finally:
+                await db.close()
+
+        record = run_command(body, as_json=as_json)
+        if as_json:
+            print_json(record)
+            return
+        for line in record_lines(record):
+            typer.echo(line)
 
     app.add_typer(group, name="audit")
