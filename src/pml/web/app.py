@@ -13,6 +13,7 @@ from starlette.routing import BaseRoute
 
 from pml.web.api_approvals import approvals_routes
 from pml.web.api_audit import audit_route
+from pml.web.api_audit_request import audit_request_route
 from pml.web.api_capabilities import capabilities_routes
 from pml.web.api_lifecycle import lifecycle_routes
 from pml.web.api_traces import traces_route
@@ -27,6 +28,7 @@ def api_routes(services: WebServices) -> list[BaseRoute]:
     """``/api/*``: audit, approvals, capabilities (and their lifecycle), traces (in a gateway)."""
     routes: list[BaseRoute] = [
         audit_route(services.db),
+        audit_request_route(services.db),
         *approvals_routes(services.desk),
         *capabilities_routes(services.registry),
         *lifecycle_routes(services),
