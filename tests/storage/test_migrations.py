@@ -14,6 +14,7 @@ from pml.registry.names import tool_name_for
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityDraft, CapabilityRegistry
 from pml.storage.database import Database, head_revision
+from pml.storage.memory_repo import memories
 from pml.storage.session_repo import McpSessionStore, SessionRecord, mcp_sessions
 from pml.storage.tables import capability_records, metadata
 
@@ -34,10 +35,11 @@ def _differences(conn: sa.Connection) -> list[object]:
 async def test_a_blank_database_is_migrated_to_head_on_open(blank_url: str) -> None:
     db = await Database.open(blank_url)
     try:
-        assert await db.current_revision() == head_revision() == "0012"
+        assert await db.current_revision() == head_revision() == "0013"
         async with db.read() as conn:
             differences = await conn.run_sync(_differences)
         assert differences == []
+        assert memories.name in metadata.tables  # compared above with the migrated schema
     finally:
         await db.close()
 
@@ -461,7 +463,7 @@ async def test_upgrading_to_0012_adds_shared_mcp_sessions_and_keeps_capabilities
             count = await conn.execute(sa.select(sa.func.count()).select_from(mcp_sessions))
             sessions = count.scalar_one()
         assert "mcp_sessions" not in tables_before
-        assert await db.current_revision() == "0012"
+        assert await db.current_revision() == "0013"
         assert sessions == 1
         assert await store.find("a" * 64, idle_s=60) == record
         assert (await registry.list(scope, ListQuery())).total == 1
