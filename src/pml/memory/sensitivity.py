@@ -40,17 +40,19 @@ import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, cast, get_args
+from typing import TYPE_CHECKING, Any, Final, cast, get_args
 
 import anyio
 
 from pml.agent.model import Sensitivity
 from pml.analysis.credentials import looks_secret
 from pml.errors import ConfigError, InvalidInput
-from pml.llm import JsonCompleter
 from pml.memory.flatten import memory_text
 from pml.memory.personal_data import personal_data_reasons
 from pml.policy.scrub import MAX_STRING, REDACTED, scrub_text
+
+if TYPE_CHECKING:  # pml.llm brings httpx, which `pml memory ...` never needs
+    from pml.llm import JsonCompleter
 
 __all__ = ["MemoryVerdict", "classify", "classify_text", "memory_text", "normalise"]
 
