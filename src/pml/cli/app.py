@@ -19,6 +19,7 @@ from pml.cli import (
     execute_cmd,
     init_cmd,
     keys_cmd,
+    memory_cmd,
     perms_cmd,
     reload_cmd,
     serve_cmd,
@@ -70,6 +71,7 @@ serve_cmd.register(app)
 reload_cmd.register(app)
 execute_cmd.register(app)
 discover_cmd.register(app)
+memory_cmd.register(app)
 
 
 # Loggers whose warnings a command already shows in its own output (e.g. alias warnings).
