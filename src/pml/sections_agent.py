@@ -6,6 +6,7 @@ history_tokens = 6000        # the conversation kept for the next turn (oldest d
 on_unclear = "ask"           # or "read_only": what a low-confidence route does
 upstream_tools = true        # offer upstream tools (filtered per turn) to the executor
 tool_result_chars = 12000    # what the model sees of one tool result (head + tail)
+timeout_s = 120              # one executor round, the whole streamed reply
 
 [memory]
 auto_store = "low"           # "low": low-sensitivity facts are stored without asking;
@@ -31,6 +32,8 @@ class AgentSettings(BaseModel):
     on_unclear: Literal["ask", "read_only"] = "ask"
     upstream_tools: bool = True
     tool_result_chars: int = Field(default=12_000, ge=200, le=1_000_000)
+    # How long one executor round (a whole streamed reply) may take.
+    timeout_s: float = Field(default=120.0, gt=0, le=3600)
     # The executor's reply budget per round (sent as max_tokens; None: the endpoint's own).
     max_tokens: int | None = Field(default=None, ge=16, le=200_000)
 

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from pml.cli import (
+    agent_cmd,
     approvals_cmd,
     audit_cmd,
     cap_cmd,
@@ -72,6 +73,7 @@ reload_cmd.register(app)
 execute_cmd.register(app)
 discover_cmd.register(app)
 memory_cmd.register(app)
+agent_cmd.register(app)
 
 
 # Loggers whose warnings a command already shows in its own output (e.g. alias warnings).

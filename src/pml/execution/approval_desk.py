@@ -204,7 +204,8 @@ class ApprovalDesk:
         calls = approvals_of(stored.state)
         if chosen != "deny":
             for call in calls:
-                await self._issue(requester, call, chosen, decided_by, actor, workflow_id)
+                purpose = f"approved workflow {workflow_id} ({chosen})"
+                await self.issue_grant(requester, call, chosen, decided_by, actor, purpose)
         for call in calls:
             self._auditor.emit(
                 "APPROVAL_DECIDED",
@@ -253,15 +254,17 @@ class ApprovalDesk:
             status=stored.decision,
         )
 
-    async def _issue(
+    async def issue_grant(
         self,
         requester: Scope,
         call: dict[str, Any],
         lifetime: GrantLifetime,
         decided_by: str,
         actor: str,
-        workflow_id: str,
+        purpose: str,
     ) -> None:
+        """The grant a person's ``lifetime`` choice issues for ``call`` (``tool``,
+        ``capability``, ``args_digest``): ``once`` covers those arguments once."""
         tool = str(call.get("tool"))
         once = lifetime == "once"
         ttl_s: float | None = {
@@ -273,7 +276,7 @@ class ApprovalDesk:
             requester,
             capability=str(call.get("capability")),
             tool_pattern=exact_pattern(tool),
-            purpose=f"approved workflow {workflow_id} ({lifetime})",
+            purpose=purpose,
             ttl_s=ttl_s,
             max_uses=1 if once else None,
             args_digest=str(call.get("args_digest")) if once else None,

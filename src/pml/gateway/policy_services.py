@@ -34,6 +34,7 @@ from pml.policy.enforcer import PolicyEnforcer
 from pml.policy.gate import PolicyGate
 from pml.policy.grant_stamp import grant_stamp_for
 from pml.policy.grants import GrantService
+from pml.policy.memory_gate import MemoryGate
 from pml.policy.permissions import PermissionRules
 from pml.policy.router import IntentRouter
 from pml.policy.version import policy_version
@@ -89,6 +90,7 @@ def build_enforcer(
         grants=grants,
         auditor=auditor,
         mode=policy.mode,
+        memory=MemoryGate(settings.memory),
     )
 
 

@@ -36,6 +36,7 @@ from pathlib import PurePath
 from typing import Any, Final, cast
 
 from pml.analysis.credentials import is_secret_keyword, keyword_words
+from pml.errors import ApprovalRequired
 from pml.policy.scrub import REDACTED, scrub
 
 TARGET_NAMES: Final = (
@@ -247,3 +248,23 @@ class _Json:
         # Cleaned past the cut: a password across it still goes.
         shown = _escape(self.clean(text[: room + 1024])[:room], quoted=True)
         self.add(prefix, '"', *shown, "…" if cut or len(text) > room else "", '"')
+
+
+ARGS_SUMMARY_CHARS = 200
+
+
+# What an ApprovalRequired carries for the paused workflow only, never in a refusal.
+_WORKFLOW_ONLY = frozenset({"args_digest", "arguments", "server"})
+
+
+def refusal_data(waiting: ApprovalRequired) -> dict[str, Any]:
+    """The data of an approval that cannot wait, as a ``PERMISSION_DENIED``'s data."""
+    return {k: v for k, v in waiting.data.items() if k not in _WORKFLOW_ONLY}
+
+
+def args_summary(arguments: Mapping[str, Any]) -> str:
+    """The arguments as a person reviews them: secrets scrubbed, at most 200 characters."""
+    text = json.dumps(scrub(dict(arguments)), ensure_ascii=False, default=str, sort_keys=True)
+    if len(text) > ARGS_SUMMARY_CHARS:
+        return text[: ARGS_SUMMARY_CHARS - 1] + "…"
+    return text

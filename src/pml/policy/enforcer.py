@@ -1,7 +1,6 @@
 """The one enforcement point every tool call passes (SPEC §10): gate, rules, grants, audit.
 
-    enforcer = PolicyEnforcer(router=..., gate=..., capabilities=..., rules=..., grants=...,
-                              auditor=audit_log, mode="enforce")
+    enforcer = PolicyEnforcer(router=..., gate=..., rules=..., auditor=audit_log, ...)
     request = await enforcer.begin(scope, "read the config files", source="pml_execute")
     enforcer.check_static(request, [("filesystem", "write_file")])   # POLICY_DENIED before a run
     decided_by = await enforcer.authorize(request, "filesystem", "read_file", {"path": "a"})
@@ -12,13 +11,12 @@ forbids is ``POLICY_DENIED`` (in ``audit`` mode only logged); then the permissio
 ``deny`` is ``PERMISSION_DENIED``, ``allow`` goes on, ``ask`` goes on only with a grant that
 covers the call (consumed when limited), else ``APPROVAL_REQUIRED`` (the run pauses for a
 person). Whatever goes wrong inside the checks refuses the call (fail closed).
-``reconfigure`` (a reload) swaps the gate, the capability map, the rules and the mode as one
-value: a request begun before it keeps its decision, every check after it uses the new rules.
+``reconfigure`` (a reload) swaps the rules as one value: a request begun before it keeps its
+decision. Memory writes are classified by sensitivity first (``pml.policy.memory_gate``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Iterable, Mapping
@@ -27,9 +25,12 @@ from typing import Any, Literal, Protocol
 
 from pml.errors import ApprovalRequired, PermissionDenied, PmlError, PolicyDenied
 from pml.execution.values import args_digest
+from pml.policy.approval_view import args_summary as args_summary
 from pml.policy.approval_view import argument_view
+from pml.policy.approval_view import refusal_data as refusal_data
 from pml.policy.capability_map import CapabilityMap
 from pml.policy.gate import PolicyGate
+from pml.policy.memory_gate import CREDENTIAL_RULE, LOW_CONSENT, MemoryGate, memory_details
 from pml.policy.model import (
     CAPABILITIES,
     FALLBACK_INTENT,
@@ -39,13 +40,11 @@ from pml.policy.model import (
     RouterOutput,
 )
 from pml.policy.permissions import CallFacts, Grant, PermissionRules
-from pml.policy.scrub import scrub
 from pml.registry.scope import Scope
 from pml.telemetry import observe
 
 logger = logging.getLogger(__name__)
 
-ARGS_SUMMARY_CHARS = 200
 # A call made without an intent (pass-through): the read-only fallback row applies.
 DIRECT = RouterOutput(
     intent=FALLBACK_INTENT, needs=(), risk_level="low", confidence=1.0, decided_by="direct"
@@ -100,11 +99,13 @@ class PolicyEnforcer:
         grants: GrantFinder | None,
         auditor: Auditor,
         mode: Literal["enforce", "audit"] = "enforce",
+        memory: MemoryGate | None = None,
     ) -> None:
         self._router = router
         self._rules = _Rules(gate, capabilities, rules, mode)
         self._grants = grants
         self.auditor = auditor
+        self.memory = memory
 
     def reconfigure(
         self,
@@ -138,6 +139,16 @@ class PolicyEnforcer:
             step.set(intent=request.router.intent, rule=request.decision.rule)
             return request
 
+    async def begin_as(
+        self, scope: Scope, router: RouterOutput, *, source: str, request_id: str | None = None
+    ) -> RequestPolicy:
+        """Decide a request whose classification is given (a person's answer to a clarifying
+        question, ``decided_by="person:..."``): the same gate, rules and audit as ``begin``."""
+        with observe.step("policy", source=source) as step:
+            request = self._decided(scope, router, source, request_id or uuid.uuid4().hex[:16])
+            step.set(intent=request.router.intent, rule=request.decision.rule)
+            return request
+
     async def _decide(
         self, scope: Scope, intent: str | None, source: str, request_id: str | None
     ) -> RequestPolicy:
@@ -149,6 +160,11 @@ class PolicyEnforcer:
         except Exception:  # fail closed: an unclassified request gets the read-only row
             logger.exception("the intent router failed; using the read-only fallback")
             router = RouterOutput(FALLBACK_INTENT, (), "low", 0.0, "fallback:router-error")
+        return self._decided(scope, router, source, request_id)
+
+    def _decided(
+        self, scope: Scope, router: RouterOutput, source: str, request_id: str
+    ) -> RequestPolicy:
         gate = self._rules.gate
         try:
             decision = gate.evaluate(router)
@@ -238,7 +254,20 @@ class PolicyEnforcer:
         address = f"{server}:{tool}"
         if match.decision == "deny":
             self._deny_permission(request, server, tool, capability, match.rule, "call")
-        if match.decision == "allow":
+        decision = match.decision
+        if capability == "memory_write" and self.memory is not None:
+            verdict = self.memory.verdict(tool, arguments)
+            details = memory_details(verdict, address, "refused")
+            if verdict.level == "credential":
+                self._emit(request, "POSTHOOK_MEMORY", details, CREDENTIAL_RULE)
+                self._deny_permission(request, server, tool, capability, CREDENTIAL_RULE, "call")
+            if verdict.level == "low" and decision == "ask" and self.memory.auto_store_low:
+                self._emit(request, "POSTHOOK_MEMORY", {**details, "outcome": "applied"}, None)
+                self._check_event(request, address, capability, "allow", LOW_CONSENT)
+                return LOW_CONSENT
+            if verdict.level == "high":
+                decision = "ask"  # a person consents to what is sensitive, whatever the rule
+        if decision == "allow":
             self._check_event(request, address, capability, "allow", match.rule)
             return match.rule
         grant: Grant | None = None
@@ -368,20 +397,3 @@ class PolicyEnforcer:
             actor=request.scope.user,
             request_id=request.request_id,
         )
-
-
-# What an ApprovalRequired carries for the paused workflow only, never in a refusal.
-_WORKFLOW_ONLY = frozenset({"args_digest", "arguments", "server"})
-
-
-def refusal_data(waiting: ApprovalRequired) -> dict[str, Any]:
-    """The data of an approval that cannot wait, as a ``PERMISSION_DENIED``'s data."""
-    return {k: v for k, v in waiting.data.items() if k not in _WORKFLOW_ONLY}
-
-
-def args_summary(arguments: Mapping[str, Any]) -> str:
-    """The arguments as a person reviews them: secrets scrubbed, at most 200 characters."""
-    text = json.dumps(scrub(dict(arguments)), ensure_ascii=False, default=str, sort_keys=True)
-    if len(text) > ARGS_SUMMARY_CHARS:
-        return text[: ARGS_SUMMARY_CHARS - 1] + "…"
-    return text

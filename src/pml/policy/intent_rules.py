@@ -34,6 +34,7 @@ memory_thing            memory_write     0.7    a write verb + fact / entity / r
 change                  edit_task        0.6    any other write verb (no file named)
 file_mention            file_task        0.7    a path, file name or glob alone
 browse_page             browse_once      0.8    open / visit / fetch + page / website / link
+clock                   general (time)   0.8    "what time is it", "time zone", "current date"
 current_info            lookup_search    0.7    search for, look up, news, weather, price of
 page_mention            browse_once      0.6    a page, website, link or URL named
 small_talk              chat_only        0.75   greetings, thanks, jokes, "how are you"
@@ -222,6 +223,11 @@ _CURRENT_INFO = _any(
     r"who won|latest|news|weather|forecast|stock price|share price|prices? of|exchange rate",
     r"scores?|trending|current events|near me|meteo|quel temps|dernieres",
 )
+_CLOCK = _any(
+    r"what (?:time|day|date) (?:is it|it is)|what s the (?:time|date)|what is the (?:time|date)",
+    r"(?:current|local) (?:time|date)|time (?:is it|now|zone|zones|difference)|timezones?",
+    r"convert (?:\w+ )?(?:time|\d{1,2} ?(?:am|pm))|today s date|quelle heure",
+)
 _GREETING = re.compile(
     r"^(?:hi|hello|hey|hiya|yo|howdy|greetings|good (?:morning|afternoon|evening|night|day)"
     r"|bonjour|bonsoir|salut|coucou|hola)\b"
@@ -326,6 +332,8 @@ def _classify(s: str) -> RouterOutput:
         return _rule("file_task", 0.7, "file_mention")
     if _BROWSE_VERB.search(s) and _PAGE.search(s):
         return _rule("browse_once", 0.8, "browse_page")
+    if _CLOCK.search(s) and not _CURRENT_INFO.search(s):  # the clock: the read-only row
+        return RouterOutput(FALLBACK_INTENT, ("time",), "low", 0.8, "heuristic:clock")
     if _CURRENT_INFO.search(s):
         return _rule("lookup_search", 0.7, "current_info")
     if _PAGE.search(s):
