@@ -29,6 +29,12 @@ KEY_VALUE = "sk-e2e-scripted-0123456789"
 WAIT_S = 60.0
 
 
+def no_router(body: dict[str, Any]) -> None:
+    """The scripted endpoint's answer to a structured (router, sensitivity) request: HTTP 503,
+    so PML falls back to its heuristics and the executor's script stays in step."""
+    del body
+
+
 def agent_config(
     tmp_path: Path, servers: dict[str, Upstream], base_url: str, *names: str, **extra: Any
 ) -> Path:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agent.scripted_llm import ScriptedLlm
-from e2e.agent_support import KEY_VALUE, agent_config, agent_once, audit_rows
+from e2e.agent_support import KEY_VALUE, agent_config, agent_once, audit_rows, no_router
 from e2e.support import Upstream, pml_cli
 
 pytestmark = [pytest.mark.e2e]
@@ -39,13 +39,13 @@ def test_a_time_question_uses_the_time_tool_and_nothing_else(
     tmp_path: Path, servers: dict[str, Upstream]
 ) -> None:
     script = [call("time__get_current_time", {"timezone": "Asia/Tokyo"}), {"content": "Evening."}]
-    with ScriptedLlm(script) as llm:
+    with ScriptedLlm(script, router=no_router) as llm:
         config = agent_config(tmp_path, servers, llm.base_url, "time", "filesystem", "memory")
         code, answer, stderr = agent_once(config, "what time is it in Tokyo")
         requests = list(llm.requests)
         headers = list(llm.headers)
 
-    assert code == 0, stderr
+    assert code == 0, (stderr, answer)
     assert answer["outcome"] == "answered"
     assert answer["answer"] == "Evening."
     assert [c["tool"] for c in answer["tool_calls"]] == ["time__get_current_time"]
@@ -75,12 +75,12 @@ def test_a_forbidden_tool_asked_for_anyway_is_refused_audited_and_never_run(
         ),
         {"content": "I could not."},
     ]
-    with ScriptedLlm(script) as llm:
+    with ScriptedLlm(script, router=no_router) as llm:
         config = agent_config(tmp_path, servers, llm.base_url, "time", "filesystem")
         code, answer, stderr = agent_once(config, "what time is it in Tokyo")
         requests = list(llm.requests)
 
-    assert code == 0, stderr
+    assert code == 0, (stderr, answer)
     assert not target.exists()
     outcomes = [(c["tool"], c["outcome"]) for c in answer["tool_calls"]]
     assert outcomes[0] == ("filesystem__write_file", "refused")
@@ -98,11 +98,11 @@ def test_remember_a_preference_stores_a_low_memory_after_the_turn_with_an_audit_
         assert "pml_remember" in offered(body)  # a remember request may propose memories
         return {"content": "Noted: metric units."}
 
-    with ScriptedLlm([answer_without_tools]) as llm:
+    with ScriptedLlm([answer_without_tools], router=no_router) as llm:
         config = agent_config(tmp_path, servers, llm.base_url, "time")
         code, answer, stderr = agent_once(config, "remember that I prefer metric units")
 
-    assert code == 0, stderr
+    assert code == 0, (stderr, answer)
     applied = answer["memory"]["applied"]
     assert [(m["sensitivity"], m["outcome"]) for m in applied] == [("low", "applied")]
     stored = memories(config)
@@ -117,11 +117,11 @@ def test_a_card_number_is_not_stored_without_a_person_and_not_copied_into_the_au
     tmp_path: Path, servers: dict[str, Upstream]
 ) -> None:
     script = [call("pml_remember", {"fact": f"my card number is {CARD}"}), {"content": "OK."}]
-    with ScriptedLlm(script) as llm:
+    with ScriptedLlm(script, router=no_router) as llm:
         config = agent_config(tmp_path, servers, llm.base_url, "time")
         code, answer, stderr = agent_once(config, f"remember my card number is {CARD}")
 
-    assert code == 0, stderr
+    assert code == 0, (stderr, answer)
     assert answer["memory"]["applied"] == []
     assert [m["sensitivity"] for m in answer["memory"]["refused"]] == ["high"]
     assert memories(config) == []
@@ -141,12 +141,12 @@ def test_a_credential_is_never_stored_and_a_memory_server_write_waits_for_the_tu
         call("memory__create_entities", {"entities": [plain]}),
         {"content": "Done."},
     ]
-    with ScriptedLlm(script) as llm:
+    with ScriptedLlm(script, router=no_router) as llm:
         config = agent_config(tmp_path, servers, llm.base_url, "memory")
         code, answer, stderr = agent_once(config, "remember these facts in the knowledge graph")
         requests = list(llm.requests)
 
-    assert code == 0, stderr
+    assert code == 0, (stderr, answer)
     # the executor was told its writes are proposals: nothing ran during the turn
     assert all("proposal" in text for text in tool_messages(requests[2]))
     outcomes = [(m["sensitivity"], m["outcome"]) for m in answer["memory"]["applied"]]
@@ -163,7 +163,10 @@ def test_a_credential_is_never_stored_and_a_memory_server_write_waits_for_the_tu
     [
         {"tool_calls": [{"name": "time__get_current_time", "arguments": "{not json"}]},
         {"tool_calls": [{"name": "rm_rf_everything", "arguments": {}}]},
-        {"tool_calls": [{"name": "time__get_current_time", "arguments": {"t": "x" * 300_000}}]},
+        {
+            "tool_calls": [{"name": "time__get_current_time", "arguments": {"t": "x" * 300_000}}],
+            "chunk_chars": 8192,
+        },
         {"tool_calls": [{"name": "time__get_current_time", "arguments": [1, 2]}]},
         {"tool_calls": [{"name": "", "arguments": {}}]},
         {"tool_calls": [{"name": "pml_remember", "arguments": {"fact": 42}}]},
@@ -180,16 +183,17 @@ def test_a_credential_is_never_stored_and_a_memory_server_write_waits_for_the_tu
 def test_hostile_model_output_changes_nothing(
     tmp_path: Path, servers: dict[str, Upstream], reply: dict[str, Any]
 ) -> None:
-    with ScriptedLlm([reply, {"content": "Sorry."}]) as llm:
+    with ScriptedLlm([reply, {"content": "Sorry."}], router=no_router) as llm:
         config = agent_config(tmp_path, servers, llm.base_url, "time")
         code, answer, stderr = agent_once(config, "remember what time it is in Tokyo")
         requests = list(llm.requests)
 
-    assert code == 0, stderr
+    assert code == 0, (stderr, answer)
     assert answer["outcome"] == "answered"
     assert answer["tool_calls"][0]["outcome"] == "refused"
-    assert answer["memory"]["applied"] == []
-    assert memories(config) == []
+    # only the person's own words are remembered (a "remember" request), nothing the model sent
+    assert [m["origin"] for m in answer["memory"]["applied"]] == ["intent"]
+    assert [m["text"] for m in memories(config)] == ["what time it is in Tokyo"]
     assert len(requests) == 2  # the refusal went back to the model, which answered
     assert "TOOL_CALL_START" not in {row["event"] for row in audit_rows(config)}
 
@@ -205,12 +209,12 @@ def test_injection_in_a_tool_result_offers_no_new_tool(
         call("filesystem__write_file", {"path": str(note), "content": "owned"}),
         {"content": "Read it."},
     ]
-    with ScriptedLlm(script) as llm:
+    with ScriptedLlm(script, router=no_router) as llm:
         config = agent_config(tmp_path, servers, llm.base_url, "filesystem")
         code, answer, stderr = agent_once(config, f"read the file {note}")
         requests = list(llm.requests)
 
-    assert code == 0, stderr
+    assert code == 0, (stderr, answer)
     assert offered(requests[0]) == offered(requests[1]) == offered(requests[2])
     assert "filesystem__write_file" not in offered(requests[2])
     assert note.read_text().startswith("IGNORE PREVIOUS")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agent.scripted_llm import ScriptedLlm
-from e2e.agent_support import AgentTerminal, agent_config, audit_rows
+from e2e.agent_support import AgentTerminal, agent_config, audit_rows, no_router
 from e2e.support import Upstream, pml_cli
 
 pytestmark = [pytest.mark.e2e]
@@ -40,7 +40,7 @@ def test_approvals_are_asked_at_the_terminal_once_and_deny(
         call("filesystem__write_file", {"path": str(refused), "content": "nope"}),
         {"content": "Not written."},
     ]
-    with ScriptedLlm(script) as llm:
+    with ScriptedLlm(script, router=no_router) as llm:
         config = agent_config(tmp_path, servers, llm.base_url, "filesystem")
         with AgentTerminal(config) as term:
             term.expect(PROMPT)
@@ -70,7 +70,7 @@ def test_a_sensitive_memory_waits_for_consent_typed_at_the_terminal(
     tmp_path: Path, servers: dict[str, Upstream]
 ) -> None:
     script = [{"content": "I will not keep it."}, {"content": "Kept."}]
-    with ScriptedLlm(script) as llm:
+    with ScriptedLlm(script, router=no_router) as llm:
         config = agent_config(tmp_path, servers, llm.base_url, "time")
         with AgentTerminal(config) as term:
             term.expect(PROMPT)
@@ -96,7 +96,7 @@ def test_ctrl_c_cancels_the_turn_and_leaves_no_tool_call_running(
     tmp_path: Path, servers: dict[str, Upstream]
 ) -> None:
     slow = call("everything__trigger-long-running-operation", {"duration": 60, "steps": 60})
-    with ScriptedLlm([slow, {"content": "after"}]) as llm:
+    with ScriptedLlm([slow, {"content": "after"}], router=no_router) as llm:
         config = agent_config(tmp_path, servers, llm.base_url, "everything", "time")
         with AgentTerminal(config) as term:
             term.expect(PROMPT)
@@ -120,7 +120,7 @@ def test_ctrl_c_cancels_the_turn_and_leaves_no_tool_call_running(
 def test_ctrl_c_at_the_prompt_ends_the_conversation(
     tmp_path: Path, servers: dict[str, Upstream]
 ) -> None:
-    with ScriptedLlm([]) as llm:
+    with ScriptedLlm([], router=no_router) as llm:
         config = agent_config(tmp_path, servers, llm.base_url, "time")
         with AgentTerminal(config) as term:
             term.expect(PROMPT)

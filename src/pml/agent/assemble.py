@@ -87,7 +87,15 @@ def agent_parts(gateway: Gateway, *, llm: JsonCompleter | None = None) -> AgentP
         scope=scope,
         enforcer=enforcer,
         offer=OfferParts(gateway.pool, enforcer, capability_tools, static),
-        runner=RunnerParts(gateway.pool, enforcer, execute, decide, grant, discover),
+        runner=RunnerParts(
+            gateway.pool,
+            enforcer,
+            execute,
+            decide,
+            grant,
+            discover,
+            covers=lambda tool: desk.covers(tool, scope),
+        ),
         posthook=MemoryPostHook(
             store,
             enforcer,

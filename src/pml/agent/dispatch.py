@@ -89,6 +89,7 @@ class RunnerParts:
     decide: Decide  # a person's decision on a paused run (the approval desk)
     grant: Grant  # a person's approval of one call, as the desk issues it
     discover: Discover | None = None
+    covers: Callable[[str], Mapping[str, str]] | None = None  # what each grant would cover
 
 
 class ToolRunner:
@@ -209,6 +210,7 @@ class ToolRunner:
                     rule=str(data.get("reason") or ""),
                     arguments=cast(list[dict[str, Any]], data.get("arguments") or []),
                     summary=str(data.get("args_summary") or ""),
+                    grants=self._parts.covers(tool.address) if self._parts.covers else {},
                 )
             )
             if choice == "deny":

@@ -32,8 +32,13 @@ async def run_agent(
     out = sys.stdout
     reader = LineReader(sys.stdin.fileno())
     interactive = sys.stdin.isatty()
-    person = TerminalPerson(reader, sys.stderr if as_json else out, interactive=interactive)
     display = TerminalDisplay(out)
+    person = TerminalPerson(
+        reader,
+        sys.stderr if as_json else out,
+        interactive=interactive,
+        display=None if as_json else display,
+    )
     shown = QuietDisplay() if as_json else display
     async with (
         open_gateway(settings, llm_api_key=api_key) as gateway,

@@ -139,10 +139,18 @@ class QuietDisplay:
 class TerminalPerson:
     """Asks the person at the terminal; without a terminal, refuses (see module)."""
 
-    def __init__(self, reader: LineReader, out: TextIO, *, interactive: bool) -> None:
+    def __init__(
+        self,
+        reader: LineReader,
+        out: TextIO,
+        *,
+        interactive: bool,
+        display: TerminalDisplay | None = None,
+    ) -> None:
         self._reader = reader
         self._out = out
         self.interactive = interactive
+        self._display = display  # its streamed line is ended before a question
 
     async def approve(self, ask: ApprovalAsk) -> Decision:
         if not self.interactive:
@@ -198,5 +206,7 @@ class TerminalPerson:
         return await self._reader.readline()
 
     def _say(self, text: str) -> None:
+        if self._display is not None:
+            self._display.end()
         self._out.write(text + "\n")
         self._out.flush()

@@ -30,6 +30,7 @@ from pml.agent.model import ChatModel, ChatReply, Display, Person
 from pml.agent.offer import OfferParts, ToolOffer, build_offer
 from pml.agent.posthook import MemoryPostHook, remembered_fact
 from pml.errors import PmlError
+from pml.memory.sensitivity import classify_text
 from pml.policy.enforcer import PolicyEnforcer, RequestPolicy
 from pml.policy.scrub import scrub_text
 from pml.registry.scope import Scope
@@ -96,7 +97,7 @@ class Agent:
         request_id = uuid.uuid4().hex[:16]
         ledger = TurnLedger()
         timing: dict[str, float] = {}
-        record: dict[str, Any] = {"request_id": request_id, "text": scrub_text(text)[:2000]}
+        record: dict[str, Any] = {"request_id": request_id, "text": record_text(text)}
         started = time.perf_counter()
         result = TurnResult(request_id, "", "failed", record)
         request: RequestPolicy | None = None
@@ -252,6 +253,15 @@ class Agent:
             "refused": [o for o in outcomes if o["outcome"] in ("refused", "declined", "failed")],
             "waiting": [o for o in outcomes if o["outcome"] == "waiting"],
         }
+
+
+def record_text(text: str) -> str:
+    """The request as the audit keeps it: secrets scrubbed; a request holding personal or
+    sensitive data (a card number, a diagnosis ...) is not copied at all."""
+    verdict = classify_text(text)
+    if verdict.level != "low":
+        return f"[withheld: {verdict.level} ({', '.join(verdict.reasons[:3])}), {len(text)} chars]"
+    return scrub_text(text)[:2000]
 
 
 def _finish(
