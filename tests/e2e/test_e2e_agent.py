@@ -243,3 +243,23 @@ def test_an_unreachable_endpoint_fails_the_turn_with_a_clear_error(
     assert "UPSTREAM_UNAVAILABLE" in answer["error"]
     record = json.loads(pml_cli(config, "audit", "show", answer["request_id"], "--json"))
     assert record["outcome"] == "failed"
+
+
+def test_on_unclear_read_only_asks_nothing_and_offers_only_reads(
+    tmp_path: Path, servers: dict[str, Upstream]
+) -> None:
+    with ScriptedLlm([{"content": "Hm."}], router=no_router) as llm:
+        config = agent_config(
+            tmp_path, servers, llm.base_url, "filesystem", agent={"on_unclear": "read_only"}
+        )
+        code, answer, stderr = agent_once(config, "zorp the blarg")
+        requests = list(llm.requests)
+
+    assert code == 0, (stderr, answer)
+    assert answer["intent"] == "general"
+    names = offered(requests[0])
+    assert "filesystem__read_text_file" in names
+    assert "filesystem__write_file" not in names
+    [asked] = [r for r in audit_rows(config) if r["event"] == "AGENT_CLARIFICATION"]
+    assert asked["details"]["mode"] == "read_only"
+    assert asked["decided_by"] == "read-only"

@@ -128,3 +128,61 @@ def test_ctrl_c_at_the_prompt_ends_the_conversation(
             assert term.wait() == 0
             requests = list(llm.requests)
     assert requests == []
+
+
+def test_an_unclear_request_asks_one_question_and_the_answer_decides_the_tools(
+    tmp_path: Path, servers: dict[str, Upstream]
+) -> None:
+    with ScriptedLlm([{"content": "Here."}], router=no_router) as llm:
+        config = agent_config(tmp_path, servers, llm.base_url, "filesystem")
+        with AgentTerminal(config) as term:
+            term.expect(PROMPT)
+            mark = term.send("zorp the blarg")
+            shown = term.expect(b"(Enter: read-only): ", after=mark)
+            question = term.text[mark:shown]
+            assert "not sure" in question
+            assert "6) read, list or search my files" in question
+            term.send("6")
+            term.expect(PROMPT, after=shown)
+            term.send("/exit")
+            assert term.wait() == 0
+            requests = list(llm.requests)
+
+    names = [tool["function"]["name"] for tool in requests[0]["tools"]]
+    assert "filesystem__read_text_file" in names
+    assert "filesystem__write_file" not in names
+    rows = audit_rows(config)
+    [asked] = [r for r in rows if r["event"] == "AGENT_CLARIFICATION"]
+    assert asked["decided_by"] == "person:clarified"
+    assert asked["details"]["intent"] == "file_task"
+    routes = [r["decided_by"] for r in rows if r["event"] == "ROUTER_OUTPUT"]
+    assert routes == ["fallback", "person:clarified"]
+
+
+def test_a_withheld_tool_can_be_allowed_only_by_the_person_s_answer(
+    tmp_path: Path, servers: dict[str, Upstream]
+) -> None:
+    target = tmp_path / "files" / "clock.txt"
+    write = call("filesystem__write_file", {"path": str(target), "content": "21:00"})
+    with ScriptedLlm([write, write, {"content": "Saved."}], router=no_router) as llm:
+        config = agent_config(tmp_path, servers, llm.base_url, "filesystem", "time")
+        with AgentTerminal(config) as term:
+            term.expect(PROMPT)
+            mark = term.send("what time is it in Tokyo")
+            shown = term.expect(b"(Enter: read-only): ", after=mark)
+            question = term.text[mark:shown]
+            assert "does not allow" in question
+            assert "1) create, change or delete my files" in question
+            term.send("1")
+            shown = term.expect(b"[d]eny: ", after=shown)
+            term.send("o")
+            term.expect(PROMPT, after=shown)
+            term.send("/exit")
+            assert term.wait() == 0
+            requests = list(llm.requests)
+
+    assert target.read_text() == "21:00"
+    first = [tool["function"]["name"] for tool in requests[0]["tools"]]
+    second = [tool["function"]["name"] for tool in requests[1]["tools"]]
+    assert "filesystem__write_file" not in first
+    assert "filesystem__write_file" in second

@@ -11,8 +11,7 @@ forbids is ``POLICY_DENIED`` (in ``audit`` mode only logged); then the permissio
 ``deny`` is ``PERMISSION_DENIED``, ``allow`` goes on, ``ask`` goes on only with a grant that
 covers the call (consumed when limited), else ``APPROVAL_REQUIRED`` (the run pauses for a
 person). Whatever goes wrong inside the checks refuses the call (fail closed).
-``reconfigure`` (a reload) swaps the rules as one value: a request begun before it keeps its
-decision. Memory writes are classified by sensitivity first (``pml.policy.memory_gate``).
+``reconfigure`` swaps the rules as one value. Memory writes: ``pml.policy.memory_gate``.
 """
 
 from __future__ import annotations
@@ -262,7 +261,8 @@ class PolicyEnforcer:
                 self._emit(request, "POSTHOOK_MEMORY", details, CREDENTIAL_RULE)
                 self._deny_permission(request, server, tool, capability, CREDENTIAL_RULE, "call")
             if verdict.level == "low" and decision == "ask" and self.memory.auto_store_low:
-                self._emit(request, "POSTHOOK_MEMORY", {**details, "outcome": "applied"}, None)
+                applied = {**details, "outcome": "applied"}
+                self._emit(request, "POSTHOOK_MEMORY", applied, LOW_CONSENT)
                 self._check_event(request, address, capability, "allow", LOW_CONSENT)
                 return LOW_CONSENT
             if verdict.level == "high":
