@@ -47,7 +47,43 @@ class JsonCompleter(Protocol):
     ) -> dict[str, Any]: ...
 
 
-class LlmClient:
+class PooledHttp:
+    """One lazily opened HTTP client (no environment, no redirects), closed by ``aclose``;
+    a context manager. Subclasses set ``_timeout_s``, ``_transport`` and ``_client``."""
+
+    _timeout_s: float
+    _transport: httpx.AsyncBaseTransport | None
+    _client: httpx.AsyncClient | None
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self._timeout_s),
+                transport=self._transport,
+                follow_redirects=False,
+                trust_env=False,  # core code never reads the environment (proxies included)
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the pooled connections (the client can be used again afterwards)."""
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class LlmClient(PooledHttp):
     """Structured JSON answers from one OpenAI-compatible ``/chat/completions`` endpoint."""
 
     def __init__(
@@ -126,33 +162,6 @@ class LlmClient:
                 chunks.append(chunk)
             return response.status_code, b"".join(chunks)
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self._timeout_s),
-                transport=self._transport,
-                follow_redirects=False,
-                trust_env=False,  # core code never reads the environment (proxies included)
-            )
-        return self._client
-
-    async def aclose(self) -> None:
-        """Close the pooled connections (the client can be used again afterwards)."""
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
 
 def llm_api_key(settings: LlmSettings | None, environ: Mapping[str, str]) -> str | None:
     """The key ``settings.api_key_env`` names in ``environ`` (None if unnamed or unset)."""
@@ -200,8 +209,8 @@ def _answer_object(raw: bytes) -> dict[str, Any]:
     message = _first_message(data)
     refusal = message.get("refusal")
     if isinstance(refusal, str) and refusal:
-        raise _unavailable(f"LLM refused: {_short(refusal)}")
-    content = _text_of(message.get("content"))
+        raise _unavailable(f"LLM refused: {short_text(refusal)}")
+    content = text_of(message.get("content"))
     if content is None:
         raise _unavailable("LLM answer has no text content")
     text = content.strip()
@@ -211,7 +220,7 @@ def _answer_object(raw: bytes) -> dict[str, Any]:
     try:
         parsed: object = json.loads(text)
     except (ValueError, RecursionError):
-        raise _unavailable(f"LLM answer is not JSON: {_short(text)!r}") from None
+        raise _unavailable(f"LLM answer is not JSON: {short_text(text)!r}") from None
     if not isinstance(parsed, dict):
         raise _unavailable("LLM answer is not a JSON object")
     return cast(dict[str, Any], parsed)
@@ -227,7 +236,7 @@ def _first_message(data: object) -> dict[str, Any]:
     raise _unavailable("LLM answer is not a chat completion (no choices[0].message)")
 
 
-def _text_of(content: object) -> str | None:
+def text_of(content: object) -> str | None:
     """A message's text: a string, or the text parts of a list of content parts."""
     if isinstance(content, str):
         return content
@@ -250,10 +259,10 @@ def _error_detail(raw: bytes) -> str:
         return ""
     error = cast(dict[str, Any], data).get("error") if isinstance(data, dict) else None
     message = cast(dict[str, Any], error).get("message") if isinstance(error, dict) else error
-    return f": {_short(message)}" if isinstance(message, str) and message else ""
+    return f": {short_text(message)}" if isinstance(message, str) and message else ""
 
 
-def _short(text: str) -> str:
+def short_text(text: str) -> str:
     """At most 200 printable characters of ``text``, on one line."""
     flat = "".join(char if char.isprintable() else " " for char in text)
     flat = " ".join(flat.split())

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 
 import anyio
 import httpx
@@ -35,6 +34,7 @@ from pml.agent.chat_stream import (
 )
 from pml.agent.model import ChatReply
 from pml.errors import UpstreamUnavailable
+from pml.llm import PooledHttp
 from pml.sections import LlmSettings
 
 logger = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ MAX_ANSWER_BYTES: Final = 2_000_000
 _REFUSED_OPTION: Final = frozenset({400, 422})
 
 
-class OpenAiChat:
+class OpenAiChat(PooledHttp):
     """One OpenAI-compatible chat endpoint as the agent's ``ChatModel`` (see module)."""
 
     def __init__(
@@ -183,30 +183,3 @@ class OpenAiChat:
         if self._api_key:
             message = message.replace(self._api_key, "***")
         return unavailable(message)
-
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self._timeout_s),
-                transport=self._transport,
-                follow_redirects=False,
-                trust_env=False,  # core code never reads the environment (proxies included)
-            )
-        return self._client
-
-    async def aclose(self) -> None:
-        """Close the pooled connections (the model can be used again afterwards)."""
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

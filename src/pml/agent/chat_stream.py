@@ -29,10 +29,10 @@ from typing import Any, Final, cast
 
 from pml.agent.model import ChatReply, ToolCall
 from pml.errors import UpstreamUnavailable
+from pml.llm import short_text, text_of
 
 MAX_TOOL_CALLS: Final = 64
 MAX_CALL_ID_CHARS: Final = 256
-_SHOWN: Final = 200
 
 TextSink = Callable[[str], None]
 
@@ -42,11 +42,7 @@ def unavailable(message: str) -> UpstreamUnavailable:
     return UpstreamUnavailable(message, server="llm")
 
 
-def short(text: str) -> str:
-    """At most 200 printable characters of ``text``, on one line."""
-    flat = "".join(char if char.isprintable() else " " for char in text)
-    flat = " ".join(flat.split())
-    return flat if len(flat) <= _SHOWN else flat[:_SHOWN] + "…"
+short = short_text  # one line, at most 200 printable characters
 
 
 def error_detail(data: object) -> str:
@@ -147,20 +143,6 @@ class ToolCallAssembler:
         return tuple(result)
 
 
-def _text_of(content: object) -> str | None:
-    """A message's text: a string, or the text parts of a list of content parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [
-            cast(dict[str, Any], part).get("text")
-            for part in cast(list[object], content)
-            if isinstance(part, dict)
-        ]
-        return "".join(part for part in parts if isinstance(part, str))
-    return None
-
-
 class StreamReader:
     """The chunks of a streamed chat completion, fed as bytes in whatever pieces arrive."""
 
@@ -236,7 +218,7 @@ class StreamReader:
         if isinstance(delta, dict):
             delta_data = cast(dict[str, Any], delta)
             for key in ("content", "refusal"):
-                text = _text_of(delta_data.get(key))
+                text = text_of(delta_data.get(key))
                 if text:
                     self._content.append(text)
                     if self._on_text is not None:
@@ -265,7 +247,7 @@ def completion_reply(raw: bytes, on_text: TextSink | None = None) -> ChatReply:
     if not isinstance(message, dict):
         raise unavailable("LLM answer is not a chat completion (no choices[0].message)")
     message_data = cast(dict[str, Any], message)
-    content = _text_of(message_data.get("content")) or _text_of(message_data.get("refusal"))
+    content = text_of(message_data.get("content")) or text_of(message_data.get("refusal"))
     assembler = ToolCallAssembler()
     calls = message_data.get("tool_calls")
     if isinstance(calls, list):
