@@ -49,10 +49,14 @@ _REMEMBER = re.compile(
 Grant = Callable[[dict[str, Any], Decision], Awaitable[None]]
 
 
-def remembered_fact(text: str) -> str:
-    """What a "remember ..." request asks to keep: the text without its request words."""
-    fact = _REMEMBER.sub("", text, count=1).strip()
-    return (fact or text.strip()).rstrip(" .!")
+def remembered_fact(text: str) -> str | None:
+    """What a "remember ..." request asks to keep (the text without its request words), or
+    None when the request does not start by asking to remember something."""
+    found = _REMEMBER.match(text)
+    if found is None:
+        return None
+    fact = text[found.end() :].strip().rstrip(" .!")
+    return fact or None
 
 
 class MemoryPostHook:

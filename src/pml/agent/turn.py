@@ -130,7 +130,8 @@ class Agent:
             _finish(record, request, ledger, timing, result)
             if request is not None:
                 self._parts.enforcer.emit(request, "PIPELINE_RECORD", record, "agent")
-        self.history.add(text, result.answer)
+        if result.outcome == "answered":
+            self.history.add(text, result.answer)
         return result
 
     async def _execute(
@@ -237,13 +238,14 @@ class Agent:
         """The memory post-hook (a "remember ..." request proposes its own words when the
         executor proposed nothing)."""
         proposals = list(ledger.proposals)
+        fact = remembered_fact(text)
         if (
             not proposals
+            and fact is not None
             and request.router.intent == "memory_write"
             and "memory_write" in request.decision.allowed
-            and "memory_write" in request.router.needs
         ):
-            proposals.append(MemoryProposal(remembered_fact(text), "pml", "intent"))
+            proposals.append(MemoryProposal(fact, "pml", "intent"))
         outcomes = await self._parts.posthook.apply(request, proposals, self._person)
         for outcome in outcomes:
             self._display.notice(f"memory: {outcome['outcome']} ({outcome.get('sensitivity')})")
