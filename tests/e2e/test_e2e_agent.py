@@ -263,3 +263,41 @@ def test_on_unclear_read_only_asks_nothing_and_offers_only_reads(
     [asked] = [r for r in audit_rows(config) if r["event"] == "AGENT_CLARIFICATION"]
     assert asked["details"]["mode"] == "read_only"
     assert asked["decided_by"] == "read-only"
+
+
+@pytest.mark.parametrize(
+    ("prompt", "present", "absent"),
+    [
+        ("hello there", set(), {"time__get_current_time", "filesystem__read_text_file"}),
+        (
+            "list the files in the notes folder",
+            {"filesystem__read_text_file", "filesystem__list_directory"},
+            {"filesystem__write_file", "memory__create_entities", "pml_remember"},
+        ),
+        (
+            "remember that the staging server is called beta",
+            {"memory__create_entities", "pml_remember", "memory__read_graph"},
+            {"filesystem__write_file", "filesystem__read_text_file"},
+        ),
+        (
+            "write hello into notes.txt",
+            {"filesystem__write_file", "filesystem__read_text_file"},
+            {"memory__create_entities", "pml_remember"},
+        ),
+    ],
+    ids=["chat", "file-read", "memory-write", "file-edit"],
+)
+def test_each_intent_is_offered_only_the_tools_its_policy_allows(
+    tmp_path: Path, servers: dict[str, Upstream], prompt: str, present: set[str], absent: set[str]
+) -> None:
+    with ScriptedLlm([{"content": "ok"}], router=no_router) as llm:
+        config = agent_config(tmp_path, servers, llm.base_url, "time", "filesystem", "memory")
+        code, answer, stderr = agent_once(config, prompt)
+        requests = list(llm.requests)
+
+    assert code == 0, (stderr, answer)
+    names = set(offered(requests[0]))
+    assert present <= names
+    assert not absent & names
+    if not present:
+        assert "tools" not in requests[0]  # nothing is allowed: no tools at all

@@ -94,6 +94,7 @@ async def test_personal_data_waits_for_a_person_even_where_a_rule_allows_memory(
     answer = result_json(result)
     assert answer["status"] == "approval_required", answer
     assert answer["approvals"][0]["tool"] == "memory:create_entities"
+    assert answer["approvals"][0]["rule"].startswith("memory:sensitive (")  # says why it asks
     assert fact not in _graph(tmp_path)
 
 

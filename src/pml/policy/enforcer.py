@@ -29,7 +29,13 @@ from pml.policy.approval_view import argument_view
 from pml.policy.approval_view import refusal_data as refusal_data
 from pml.policy.capability_map import CapabilityMap
 from pml.policy.gate import PolicyGate
-from pml.policy.memory_gate import CREDENTIAL_RULE, LOW_CONSENT, MemoryGate, memory_details
+from pml.policy.memory_gate import (
+    CREDENTIAL_RULE,
+    LOW_CONSENT,
+    SENSITIVE_RULE,
+    MemoryGate,
+    memory_details,
+)
 from pml.policy.model import (
     CAPABILITIES,
     FALLBACK_INTENT,
@@ -253,7 +259,7 @@ class PolicyEnforcer:
         address = f"{server}:{tool}"
         if match.decision == "deny":
             self._deny_permission(request, server, tool, capability, match.rule, "call")
-        decision = match.decision
+        decision, rule = match.decision, match.rule
         if capability == "memory_write" and self.memory is not None:
             verdict = self.memory.verdict(tool, arguments)
             details = memory_details(verdict, address, "refused")
@@ -265,8 +271,8 @@ class PolicyEnforcer:
                 self._emit(request, "POSTHOOK_MEMORY", applied, LOW_CONSENT)
                 self._check_event(request, address, capability, "allow", LOW_CONSENT)
                 return LOW_CONSENT
-            if verdict.level == "high":
-                decision = "ask"  # a person consents to what is sensitive, whatever the rule
+            if verdict.level == "high":  # a person consents to what is sensitive, whatever the rule
+                decision, rule = "ask", f"{SENSITIVE_RULE} ({', '.join(verdict.reasons[:2])})"
         if decision == "allow":
             self._check_event(request, address, capability, "allow", match.rule)
             return match.rule
@@ -281,20 +287,15 @@ class PolicyEnforcer:
             self._check_event(request, address, capability, "allow", decided_by)
             return decided_by
         summary = args_summary(arguments)
-        details = {
-            "tool": address,
-            "capability": capability,
-            "outcome": "ask",
-            "args_summary": summary,
-            "grants_refused": refusals[:5],
-        }
-        self._emit(request, "PERMISSION_CHECK", details, match.rule)
+        details = {"tool": address, "capability": capability, "outcome": "ask"}
+        details |= {"args_summary": summary, "grants_refused": refusals[:5]}
+        self._emit(request, "PERMISSION_CHECK", details, rule)
         raise ApprovalRequired(
-            f"{address} ({capability}) needs approval ({match.rule})",
+            f"{address} ({capability}) needs approval ({rule})",
             tool=address,
             capability=capability,
             args_summary=summary,
-            reason=match.rule,
+            reason=rule,
             args_digest=digest,
             server=server,
             arguments=argument_view(arguments),
@@ -315,14 +316,8 @@ class PolicyEnforcer:
             return
         address = f"{server}:{tool}"
         enforced = rules.mode == "enforce"
-        details = {
-            "tool": address,
-            "capability": capability,
-            "intent": request.decision.intent,
-            "rule": rule,
-            "stage": stage,
-            "enforced": enforced,
-        }
+        details = {"tool": address, "capability": capability, "rule": rule, "stage": stage}
+        details |= {"intent": request.decision.intent, "enforced": enforced}
         self._emit(request, "POLICY_DENIED", details, request.decision.rule)
         if enforced:
             raise PolicyDenied(

@@ -26,6 +26,7 @@ from pml.sections_agent import MemorySettings
 
 LOW_CONSENT: Final = "memory:low-sensitivity"
 CREDENTIAL_RULE: Final = "memory:credential"
+SENSITIVE_RULE: Final = "memory:sensitive"
 _DELETING: Final = ("delete", "remove", "forget", "clear", "purge", "drop")
 
 
