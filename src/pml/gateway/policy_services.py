@@ -90,7 +90,11 @@ def build_enforcer(
         grants=grants,
         auditor=auditor,
         mode=policy.mode,
-        memory=MemoryGate(settings.memory),
+        memory=MemoryGate(
+            settings.memory,
+            llm=llm,
+            model=settings.llm.model if settings.llm is not None else "llm",
+        ),
     )
 
 

@@ -34,7 +34,7 @@ from pml.policy.memory_gate import (
     LOW_CONSENT,
     SENSITIVE_RULE,
     MemoryGate,
-    memory_details,
+    write_details,
 )
 from pml.policy.model import (
     CAPABILITIES,
@@ -261,8 +261,8 @@ class PolicyEnforcer:
             self._deny_permission(request, server, tool, capability, match.rule, "call")
         decision, rule = match.decision, match.rule
         if capability == "memory_write" and self.memory is not None:
-            verdict = self.memory.verdict(tool, arguments)
-            details = memory_details(verdict, address, "refused")
+            verdict = await self.memory.verdict(tool, arguments)
+            details = write_details(verdict, address, "refused", arguments)
             if verdict.level == "credential":
                 self._emit(request, "POSTHOOK_MEMORY", details, CREDENTIAL_RULE)
                 self._deny_permission(request, server, tool, capability, CREDENTIAL_RULE, "call")
