@@ -301,3 +301,54 @@ def test_each_intent_is_offered_only_the_tools_its_policy_allows(
     assert not absent & names
     if not present:
         assert "tools" not in requests[0]  # nothing is allowed: no tools at all
+
+
+TOKYO = (
+    "converted = await mcp.time.convert_time(\n"
+    '    source_timezone="UTC", time="12:00", target_timezone="Asia/Tokyo"\n'
+    ")\n"
+    'return {"at": converted["target"]["datetime"][11:16]}'
+)
+SAVE = (
+    'await mcp.filesystem.write_file(path=args["path"], content="saved")\n'
+    'return {"saved": args["path"]}'
+)
+
+
+def test_named_capabilities_are_offered_only_when_the_gate_allows_every_tool_they_use(
+    tmp_path: Path, servers: dict[str, Upstream]
+) -> None:
+    (tmp_path / "tokyo.py").write_text(TOKYO)
+    (tmp_path / "save.py").write_text(SAVE)
+    target = tmp_path / "files" / "saved.txt"
+    script = [
+        call("mcp__clock__tokyo", {}),
+        call("mcp__notes__save", {"path": str(target)}),
+        {"content": "Noon UTC is 21:00 in Tokyo."},
+    ]
+    with ScriptedLlm(script, router=no_router) as llm:
+        config = agent_config(
+            tmp_path,
+            servers,
+            llm.base_url,
+            "time",
+            "filesystem",
+            permissions={"allow": ["filesystem:write_file"]},
+        )
+        code_file = str(tmp_path / "tokyo.py")
+        pml_cli(
+            config, "execute", "noon UTC in Tokyo", "--code", code_file, "--name", "clock:tokyo"
+        )
+        save_args = ("--code", str(tmp_path / "save.py"), "--arg", f"path={tmp_path}/files/a.txt")
+        pml_cli(config, "execute", "write a note into a.txt", *save_args, "--name", "notes:save")
+        code, answer, stderr = agent_once(config, "what time is it in Tokyo at noon UTC")
+        requests = list(llm.requests)
+
+    assert code == 0, (stderr, answer)
+    names = offered(requests[0])
+    assert "mcp__clock__tokyo" in names
+    assert "mcp__notes__save" not in names  # it writes files: not for a time question
+    outcomes = [(c["tool"], c["outcome"]) for c in answer["tool_calls"]]
+    assert outcomes == [("mcp__clock__tokyo", "ok"), ("mcp__notes__save", "refused")]
+    assert "21:00" in tool_messages(requests[1])[0]
+    assert not target.exists()
