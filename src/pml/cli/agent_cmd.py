@@ -21,7 +21,6 @@ import typer
 from pml.cli.common import (
     ConfigOption,
     DebugRoutingOption,
-    JsonOption,
     fail,
     llm_key,
     load_cli_settings,
@@ -47,10 +46,12 @@ def register(app: typer.Typer) -> None:
             typer.Option("--once", metavar="PROMPT", help="Run one turn for PROMPT and exit."),
         ] = None,
         config: ConfigOption = None,
-        as_json: JsonOption = False,
+        as_json: Annotated[
+            bool, typer.Option("--json", help="With --once: print one JSON object at the end.")
+        ] = False,
         debug_routing: DebugRoutingOption = False,
     ) -> None:
-        """Talk to the [llm] model, with PML's tools, policy, approvals and memory."""
+        """Talk to the model of the llm section, inside PML's policy, approvals and memory."""
         if as_json and once is None:
             raise fail(ConfigError("--json needs --once PROMPT"), as_json=True)
         try:
