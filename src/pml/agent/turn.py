@@ -37,6 +37,7 @@ from pml.registry.scope import Scope
 from pml.sections_agent import AgentSettings
 
 MAX_CALLS_PER_ROUND: Final = 16
+TOOL_LINE_ARGS: Final = 100  # what a tool line shows of the arguments (secrets scrubbed)
 MAX_TURN_CHARS: Final = 20_000
 SYSTEM_PROMPT: Final = (
     "You are the assistant of PML, a tool gateway. Use only the tools you are given; they "
@@ -169,11 +170,10 @@ class Agent:
             mark = time.perf_counter()
             refused_before = len(ledger.refused)
             for call in reply.tool_calls[:MAX_CALLS_PER_ROUND]:
-                self._display.tool_line(f"→ {call.name[:64]}")
+                shown = " ".join(scrub_text(call.arguments[:TOOL_LINE_ARGS]).split())
+                self._display.tool_line(f"{call.name[:64]} {shown}".rstrip())
                 outcome = await runner.call(call)
-                self._display.tool_line(
-                    f"  {outcome.name[:64]}: {outcome.outcome} ({outcome.duration_ms:.0f} ms)"
-                )
+                self._display.tool_line(f"→ {outcome.outcome} ({outcome.duration_ms:.0f} ms)")
                 messages.append(
                     {"role": "tool", "tool_call_id": call.id, "content": outcome.content}
                 )
