@@ -2,8 +2,15 @@
 
 Written in one sitting before the heuristics were reworked, and scored by the classifier
 of the time: before: low 37/42 (88%), high 35/51 (69%), credential 20/32 (62%).
-The rules were then tuned on ``test_sensitivity_dev2.py`` only,
-and this set was scored once more at the end: after: TBD.
+The rules were then tuned on ``test_sensitivity_dev2.py`` only. Scoring the "before"
+round showed the misses; a rule that only those misses suggested, with nothing in dev2
+to call for it, was left out, so that this set still measures generalisation. Scored once
+more at the end: after: low 42/42 (100%), high 42/51 (82%), credential 27/32 (84%).
+
+Still missed then: "chronic back pain", "take-home pay" (the hyphen), a Spanish DNI and a
+Canadian SIN, "half Nigerian, half Irish", "a court date", a voiceprint and a facial
+recognition template, "my wife and I are separating"; a Slack webhook URL, a PGP private
+key block, "lautet" (German "is"), "password? it's X", and "user X pass Y".
 
 The test asserts a floor per level, a little below the score reached, so that a change
 which makes the heuristics generalise worse fails; single misses are listed, not asserted.
@@ -163,7 +170,7 @@ CREDENTIAL = [
 ]
 
 # The least share of each level classified right (the score reached, less a margin).
-FLOORS = {"low": 0.85, "high": 0.65, "credential": 0.6}
+FLOORS = {"low": 0.95, "high": 0.8, "credential": 0.8}
 
 
 def _misses(level: str, texts: list[str]) -> list[tuple[str, str]]:

@@ -10,10 +10,12 @@
 
 - ``credential``: whatever PML's secret detectors find (``pml.policy.scrub`` and
   ``pml.analysis.credentials``: API keys, tokens, JWTs, private keys, connection strings
-  with a password, ``password=...``, ``pwd: ...``), and secrets written as sentences:
-  ``my password is X``, ``the api key for staging is X``, ``PIN 4821``, ``CVV 737``,
-  ``recovery phrase is ...``, in a few languages.
-- ``high``: personal data and sensitive categories (``pml.memory.personal_data``).
+  with a password, ``password=...``, ``pwd: ...``), and secrets written as sentences
+  (``pml.memory.secret_prose``): ``my password is X``, ``the api key for staging is X``,
+  ``PIN 4821``, ``the code for the side door is 2255``, ``seed: ...`` (a word list),
+  ``mot de passe du wifi : X``, in a few languages.
+- ``high``: personal data and sensitive categories (``pml.memory.personal_data``), unless
+  the words only name software (``the ssn column``, ``the tax calculation module``).
 - ``low``: everything else: preferences, project facts.
 
 The text is NFKC-normalised with invisible format characters removed (zero-width spaces,
@@ -49,6 +51,7 @@ from pml.analysis.credentials import looks_secret
 from pml.errors import ConfigError, InvalidInput
 from pml.memory.flatten import memory_text
 from pml.memory.personal_data import personal_data_reasons
+from pml.memory.secret_prose import secret_prose_reasons
 from pml.policy.scrub import MAX_STRING, REDACTED, scrub_text
 
 if TYPE_CHECKING:  # pml.llm brings httpx, which `pml memory ...` never needs
@@ -83,62 +86,6 @@ _FORMAT_CHARS = re.compile(
 _SURROGATES = re.compile("[\ud800-\udfff]")
 _APOSTROPHES = re.compile("[\u2018\u2019\u02bc\u02b9\u0060\u00b4\u2032]")
 _SPACES = re.compile(r"[^\S\n]+")
-
-# Secrets written as sentences: "my password is X", "the api key for staging: X", "PIN 4821".
-_PASSWORD_WORDS = (
-    r"passwords?|passwd|passcodes?|passphrases?|pass phrase|pwd|pw|mot de passe"
-    r"|contrase(?:ñ|n)a|senha|wachtwoord|passwort|пароль"
-)
-_KEY_WORDS = (
-    r"api[ _-]?keys?|access[ _-]?keys?|secret[ _-]?keys?|private[ _-]?keys?"
-    r"|client[ _-]?secrets?|(?:aws )?secret access keys?|shared secrets?|secrets?"
-    r"|(?:access |auth |api |bearer |refresh )?tokens?"
-)
-_PHRASE_WORDS = r"recovery (?:codes?|phrase|key)|backup codes?|seed phrase|mnemonic|2fa codes?"
-_PIN_WORDS = (
-    r"pin(?: code| number)?|cvv2?|cvc2?|(?:card )?security code"
-    r"|(?:door|gate|alarm|safe|garage|lock|entry|access|building|locker|keypad) code"
-)
-_LINK_WORDS = r"is|are|was|were"
-_SECRET_PHRASE = re.compile(
-    rf"\b(?:(?P<password>{_PASSWORD_WORDS})|(?P<key>{_KEY_WORDS})|(?P<phrase>{_PHRASE_WORDS})"
-    rf"|(?P<pin>{_PIN_WORDS}))\b"
-    rf"(?P<via> (?:for|of|to|on|at)(?: (?!(?:{_LINK_WORDS})\b)[^\s:=]{{1,40}}){{1,4}})?"
-    rf"(?:(?P<link>'s| {{0,3}}(?:(?:{_LINK_WORDS})\b|[:=]|->|=>)))? {{0,3}}"
-    r"[\"'«“]?(?P<value>[^\s\"'»”]{1,200})"
-)
-_CJK_PASSWORD = re.compile(
-    r"(?:密码|密碼|パスワード|비밀번호|暗証番号)\s{0,3}(?:是|は|:|는|은|=|为|為)?\s{0,3}"
-    r"(?P<value>[^\s。、,]{3,64})"
-)
-# Passwords given on a command line, and "login user / password" pairs.
-_COMMAND_PASSWORD = re.compile(
-    r"\b(?:mysql|mysqldump|mariadb|sshpass)\b[^\n]{0,120}? -p(?P<value>[^\s\-]\S{2,})"
-)
-_LOGIN_PAIR = re.compile(
-    r"\b(?:login|logins|log-in|credentials?|creds)\b(?: (?:is|are|was|=|:))? {0,3}"
-    r"[^\s/:]{1,64} ?[/:] ?(?P<value>\S{3,64})"
-)
-_ORDINARY_WORDS = (
-    "the a an in on at to for of from with by not no never none null stored saved kept written "
-    "required optional needed same different set unset reset changed rotated managed shared "
-    "hidden encrypted hashed salted generated random secure insecure strong weak long short too "
-    "very empty blank missing wrong invalid valid sensitive case-sensitive somewhere there here "
-    "it it's its this that these those what which who my your his her their our now still also "
-    "always usually sometimes only just being been be located inside under out and or but if "
-    "when where how why something anything nothing whatever 1password lastpass bitwarden "
-    "keepass vault keychain redacted unknown available protected mandatory per every each one "
-    "two three all any some new old default configured defined provided given sent used "
-    "[redacted] *** xxx ... placeholder example"
-)
-_NOT_A_VALUE = frozenset(_ORDINARY_WORDS.split())
-_PLACEHOLDER = re.compile(r"\$\{?[a-z_][a-z0-9_]*\}?|<[^<>]*>|\{\{[^{}]*\}\}|\*+|x{3,}|\.{3,}")
-_PHRASE_REASONS: Final = {
-    "password": "a password",
-    "key": "a secret key or token",
-    "phrase": "a recovery phrase or backup codes",
-    "pin": "a PIN or card security code",
-}
 
 
 @dataclass(frozen=True)
@@ -183,58 +130,8 @@ def _credential_reasons(text: str) -> tuple[str, ...]:
         if scrub_text(window).count(REDACTED) > window.count(REDACTED) or looks_secret("", window):
             reasons.append(_SECRET_FOUND)
             break
-    folded = text.casefold()
-    for match in _SECRET_PHRASE.finditer(folded):
-        kind = _kind(match)
-        if _phrase_value_is_secret(match, kind):
-            reasons.append(_PHRASE_REASONS[kind])
-    if any(_value_is_real(m["value"]) for m in _CJK_PASSWORD.finditer(folded)):
-        reasons.append(_PHRASE_REASONS["password"])
-    if _COMMAND_PASSWORD.search(folded) is not None or any(
-        _mixed(m["value"]) for m in _LOGIN_PAIR.finditer(folded)
-    ):
-        reasons.append(_PHRASE_REASONS["password"])
+    reasons.extend(secret_prose_reasons(text.casefold()))
     return tuple(dict.fromkeys(reasons))
-
-
-def _kind(match: re.Match[str]) -> str:
-    return next(kind for kind in _PHRASE_REASONS if match[kind] is not None)
-
-
-def _value_is_real(value: str) -> bool:
-    """Whether a value after a secret's name is one, not a word of an ordinary sentence."""
-    value = value.rstrip(".,;)")
-    if len(value) < 3 or value in _NOT_A_VALUE or _PLACEHOLDER.fullmatch(value):
-        return False
-    return not (value.isalpha() and len(value) >= 5 and value.endswith("ed"))  # "is hashed"
-
-
-def _mixed(value: str) -> bool:
-    """Letters with a digit or a symbol: how a password looks, unlike a word or a path."""
-    value = value.rstrip(".,;)")
-    return (
-        _value_is_real(value)
-        and any(char.isalpha() for char in value)
-        and any(char.isdigit() or not char.isalnum() for char in value)
-        and not value.startswith(("/", "http", "~", "."))
-    )
-
-
-def _phrase_value_is_secret(match: re.Match[str], kind: str) -> bool:
-    value = match["value"].rstrip(".,;)")
-    linked = match["link"] is not None
-    if match["via"] is not None and not linked:
-        return False
-    if kind == "pin":
-        return value.isascii() and value.isdigit() and 3 <= len(value) <= 8
-    if not _value_is_real(value):
-        return False
-    has_digit = any(char.isdigit() for char in value)
-    if kind == "password":
-        return linked or (has_digit and (len(value) >= 4 or any(c.isalpha() for c in value)))
-    if kind == "key":
-        return (linked or has_digit) and (has_digit or len(value) >= 24)
-    return linked  # a recovery phrase: its first word
 
 
 async def classify(
