@@ -4,6 +4,11 @@ Written after the held-out set (``test_sensitivity_heldout.py``) and before the 
 ``pml.memory.sensitivity`` and ``pml.memory.personal_data``; every rule added in that
 rework was written for a family of phrasings here (stems, shapes, word order), not for one
 sentence. Every phrasing here must be classified right.
+
+The entries marked "round 2" were added after the held-out set's blind score, for the
+families it showed missing (chronic conditions, foreign national ids, court dates,
+biometrics, separation, webhook URLs, private key blocks, "it's" as a link, "user X pass
+Y"); they are new sentences, not the held-out ones.
 """
 
 from __future__ import annotations
@@ -89,6 +94,15 @@ LOW = [
     "I'm conservative about adding dependencies",
     "The insurance field is optional on the form",
     "I'm building a budget tracker app for fun",
+    # round 2 guards
+    "The build passes on CI now",
+    "Tests pass when run with -p no:cacheplugin",
+    "The webhook endpoint is https://api.example.com/hooks/github",
+    "Pagination uses ?page=2&per_page=50",
+    "I'm half way through the refactor",
+    "The court booking service is half finished",
+    "The keys are split up by region in the config",
+    "user tests pass on CI again",
 ]
 
 HIGH = [
@@ -173,6 +187,25 @@ HIGH = [
     # circumstances
     "My father passed away last month",
     "We're getting a divorce",
+    # round 2: families the held-out set showed missing (fresh phrasings, not its own)
+    "I've had chronic sinusitis for years",
+    "My mum suffers from hay fever every spring",
+    "I've got constant neck pain from an old injury at work",
+    "My after-tax income is about 2,600 a month",
+    "My year-end bonus was 9k",
+    "Mi NIE es X1234567L",
+    "my PESEL is 44051401359",
+    "Meu CPF é 123.456.789-09",
+    "Her SIN: 130 692 544",
+    "My dad is half Korean",
+    "She's half Italian, half Brazilian",
+    "I have to appear in court on Monday",
+    "I got a summons for unpaid parking fines",
+    "Enrol my voice print for phone banking",
+    "My facial scan is on file at the gym",
+    "My husband and I split up last month",
+    "I'm separated from my wife",
+    "My partner and I are breaking up",
 ]
 
 CREDENTIAL = [
@@ -213,6 +246,17 @@ CREDENTIAL = [
     "wifi key is 'correct horse battery staple'",
     "The building entry code? 7734",
     "One-time backup codes for GitHub: 1a2b3-c4d5e 6f7g8-h9i0j",
+    # round 2: families the held-out set showed missing (fresh phrasings, not its own)
+    "Discord webhook: https://discord.com/api/webhooks/1234567890/AbCdEfGhIjKlMnOpQrStUvWx",
+    "alerts go to https://hooks.slack.com/services/T00000000/B11111111/AbCdEfGhIjKlMnOp",
+    "the feed URL is https://example.com/feed?token=9f8e7d6c5b4a39281706",
+    "-----BEGIN PGP PRIVATE KEY BLOCK-----\nVersion: GnuPG v2\n\nlQVYBFxyz0EBDAC7",
+    "PuTTY-User-Key-File-3: ssh-ed25519\nPrivate-Lines: 1\nAAAAIGq3",
+    "Unser WLAN-Passwort heißt Sommerwind77",
+    "my netflix password, it's Kettle99",
+    "Password: it is Bramble42",
+    "gym account: member 4411, pass Squash2024",
+    "Spotify user ben.t pass Orange77",
 ]
 
 
@@ -330,6 +374,13 @@ def test_what_is_not_an_access_code_or_a_seed(text: str) -> None:
         "0 12 " * 4_000,
         "é" * 20_000,
         "\u0301" * 20_000,  # combining marks only
+        "hooks.slack.com/services/" + "a/" * 9_980,
+        "putty-user-key-file-2: x\n" * 800,
+        "-----begin " * 1_800,
+        "my wife and i are " * 1_100,
+        "i'm half " * 2_200,
+        "abcdefghitis " * 1_530,
+        "user a b pass " * 1_420,
     ],
 )
 def test_adversarial_text_for_the_new_rules_takes_bounded_time(text: str) -> None:

@@ -1,22 +1,32 @@
-"""A held-out set for the sensitivity heuristics: phrasings nobody tuned a rule on.
+"""Held-out sets for the sensitivity heuristics: phrasings nobody tuned a rule on.
 
-Written in one sitting before the heuristics were reworked, and scored by the classifier
-of the time: before: low 37/42 (88%), high 35/51 (69%), credential 20/32 (62%).
-The rules were then tuned on ``test_sensitivity_dev2.py`` only. Scoring the "before"
-round showed the misses; a rule that only those misses suggested, with nothing in dev2
-to call for it, was left out, so that this set still measures generalisation. Scored once
-more at the end: after: low 42/42 (100%), high 42/51 (82%), credential 27/32 (84%).
-
-Still missed then: "chronic back pain", "take-home pay" (the hyphen), a Spanish DNI and a
+Set 1 (``LOW``, ``HIGH``, ``CREDENTIAL``) was written in one sitting before the heuristics
+were reworked, and scored by the classifier of the time:
+before: low 37/42 (88%), high 35/51 (69%), credential 20/32 (62%).
+The rules were then tuned on ``test_sensitivity_dev2.py`` only; a rule that only the
+misses of that first scoring suggested was left out. Scored once more, blind:
+after: low 42/42 (100%), high 42/51 (82%), credential 27/32 (84%).
+Misses then: "chronic back pain", "take-home pay" (the hyphen), a Spanish DNI and a
 Canadian SIN, "half Nigerian, half Irish", "a court date", a voiceprint and a facial
 recognition template, "my wife and I are separating"; a Slack webhook URL, a PGP private
 key block, "lautet" (German "is"), "password? it's X", and "user X pass Y".
 
-The test asserts a floor per level, a little below the score reached, so that a change
+One second round followed, on those families (new phrasings for them in dev2, not these
+sentences), so set 1 is no longer blind: after round 2: low 42/42, high 51/51,
+credential 32/32. Set 2 (``*_2``) was written after round 2 and scored once, blind:
+low 12/13 (92%), high 16/20 (80%), credential 10/13 (77%); nothing was tuned on it.
+Its misses: "the medical device firmware team" (high), "I'm bi", "zuckerkrank" (a
+compound), "my flat is 3B, 27 Harbour View" (no street word), "the pill" without "on";
+a safe that "opens with 24-7-13", "backup codes —" (a dash as the link), and
+"the login for the CMS is editor / Ed1t0r!!".
+
+The tests assert a floor per level, a little below the score reached, so that a change
 which makes the heuristics generalise worse fails; single misses are listed, not asserted.
 """
 
 from __future__ import annotations
+
+import pytest
 
 from pml.memory.sensitivity import classify_text
 
@@ -169,8 +179,63 @@ CREDENTIAL = [
     "Netflix: user kate@example.com pass Bl00mfield",
 ]
 
+# Set 2: written after the second round of rules, scored once.
+LOW_2 = [
+    "remember we deploy from the release branch only",
+    "I like variable names in English even when we talk in French",
+    "The metrics retention is 15 days",
+    "remember the staging api key is in the team vault",
+    "Our CI uses a GitHub token with read-only scope",
+    "The customer's address is validated by the geocoder service",
+    "remember that Postgres runs in UTC",
+    "Tabs for Makefiles, spaces everywhere else",
+    "The medical device firmware team uses Zephyr",
+    "Retry failed payments three times before emailing the customer",
+    "Rappelle-toi que les tests d'intégration sont lents",
+    "Recuerda: el despliegue es los viernes",
+    "Wir nutzen Poetry statt pip",
+]
+HIGH_2 = [
+    "remember my blood group is A+",
+    "remember I'm allergic to latex",
+    "I had a panic attack at work last week",
+    "remember my husband's birthday is 2 October",
+    "My pension pot is around 40k",
+    "I'm paying off a 15k car loan",
+    "I'm in therapy for OCD",
+    "My son's nursery is Little Acorns on Church Lane",
+    "remember my IBAN: GB33BUKB20201555555555",
+    "my ex has a restraining order against him",
+    "I'm Hindu and vegetarian for religious reasons",
+    "I'm bi and my family doesn't know",
+    "I was deported from the US in 2018",
+    "Mi hija tiene 5 años",
+    "Ma mère a la maladie d'Alzheimer",
+    "Ich bin zuckerkrank",
+    "remember my flat is 3B, 27 Harbour View, Cork",
+    "I take the pill every morning at 8",
+    "my credit card PIN is the same as my phone PIN",
+    "I'm on a payment plan with the tax office",
+]
+CREDENTIAL_2 = [
+    "remember the wifi password is Lighthouse_2024",
+    "my card's PIN is 7788",
+    "the alarm code is 5-5-9-1",
+    "remember my AWS secret access key is h7Gx9/Lm2Qp4Rt6Vx1Zc7Nb5Kd8Fj3Hs0Wq2Ey5T",
+    "here is the private key for the deploy user: -----BEGIN RSA PRIVATE KEY----- MIIEpA",
+    "our Datadog API key: 3f8a9c2d1e7b6a5f4c3d2e1f0a9b8c7d",
+    "remember my bitcoin seed: canyon lizard oyster ripple fossil velvet tunnel",
+    "postgres password for prod is Tr1cky#Pass",
+    "the safe in the office opens with 24-7-13",
+    "backup codes — 1029 3847, 5647 3829",
+    "Remember: my Outlook password = Bluebell88",
+    "le mot de passe est Chocolat42",
+    "the login for the CMS is editor / Ed1t0r!!",
+]
+
 # The least share of each level classified right (the score reached, less a margin).
-FLOORS = {"low": 0.95, "high": 0.8, "credential": 0.8}
+FLOORS = {"low": 0.95, "high": 0.95, "credential": 0.93}
+FLOORS_2 = {"low": 0.9, "high": 0.75, "credential": 0.75}
 
 
 def _misses(level: str, texts: list[str]) -> list[tuple[str, str]]:
@@ -179,14 +244,24 @@ def _misses(level: str, texts: list[str]) -> list[tuple[str, str]]:
     ]
 
 
-def test_the_held_out_set_is_as_broad_as_promised() -> None:
+def test_the_held_out_sets_are_as_broad_as_promised() -> None:
     assert (len(LOW), len(HIGH), len(CREDENTIAL)) >= (40, 50, 30)
-    everything = LOW + HIGH + CREDENTIAL
+    everything = LOW + HIGH + CREDENTIAL + LOW_2 + HIGH_2 + CREDENTIAL_2
     assert len(set(everything)) == len(everything)
 
 
-def test_each_level_reaches_its_floor_on_the_held_out_set() -> None:
-    for level, texts in (("low", LOW), ("high", HIGH), ("credential", CREDENTIAL)):
+@pytest.mark.parametrize(
+    ("floors", "sets"),
+    [
+        (FLOORS, {"low": LOW, "high": HIGH, "credential": CREDENTIAL}),
+        (FLOORS_2, {"low": LOW_2, "high": HIGH_2, "credential": CREDENTIAL_2}),
+    ],
+    ids=["set 1", "set 2"],
+)
+def test_each_level_reaches_its_floor_on_the_held_out_sets(
+    floors: dict[str, float], sets: dict[str, list[str]]
+) -> None:
+    for level, texts in sets.items():
         misses = _misses(level, texts)
         score = 1 - len(misses) / len(texts)
-        assert score >= FLOORS[level], (level, f"{score:.0%}", misses)
+        assert score >= floors[level], (level, f"{score:.0%}", misses)

@@ -72,7 +72,7 @@ _HEALTH_STEMS = (
     "|anticoagul|warfarin|steroid|epipen|inhaler|anaphyla|counsell?or|counsell?ing|nause"
     "|vomit|overdos|p(?:a|ae)ediatric|obstetric|pacemaker|tinnitus|stammer|dialysis"
     "|transplant|biops|mammogra|colonoscop|endoscop|concussion|fractur|pneumonia|bronchitis"
-    "|herpes|chlamydia|syphilis|gonorrh"
+    "|herpes|chlamydia|syphilis|gonorrh|\\w{3,20}itis\\b"
     "|(?:cardi|neur|dermat|gyn(?:a|ae)?ec|ur|onc|endocrin|gastroenter|rheumat|immun|ophthalm"
     "|audi|radi|h(?:a|ae)?emat|nephr|pulmon)ologist"
 )
@@ -82,7 +82,8 @@ _HEALTH_WORDS = (
     r"|(?:sleeping|birth control) pills|hormones?|testosterone|o?estrogen"
     r"|mental (?:health|illness)|(?:my|his|her|sexual) health"
     r"|health (?:condition|issues?|problems?|insurance|records?|scare)|illness(?:es)?"
-    r"|diseases?|disorders?|syndrome|chronic (?:pain|illness|fatigue|condition)"
+    r"|diseases?|disorders?|syndrome|chronic \w+|suffer(?:s|ed|ing)? (?:from|with)"
+    r"|(?:back|neck|chest|joint|knee|hip|shoulder|stomach|nerve|ear|leg|arm) (?:pain|ache)"
     r"|blood (?:pressure|sugar|tests?|type|group|work|thinners?|clots?|transfusion)"
     r"|heart (?:attack|condition|disease|surgery|failure)|(?:had|have) a stroke"
     r"|sleep apno?ea|hearing aids?|bmi|meds|prescription|prescribed|covid|flu|infections?"
@@ -118,7 +119,7 @@ _FINANCE = (
     r"|laid off|unemploy\w{0,8}|(?:welfare|unemployment|disability|housing|child) benefits"
     r"|food stamps|payday loans?|paid off (?:my|our|the) (?:loan|mortgage|debt|car|card)"
     r"|(?:i'm|i am|we're|we are) broke|(?:my|our) bank|(?:gross|net) pay"
-    r"|(?:my|his|her|their) (?:\w+ ){0,2}(?:pay|bonus|income|earnings|compensation|budget)"
+    r"|(?:my|his|her|their) (?:[\w-]+ ){0,2}(?:pay|bonus|income|earnings|compensation|budget)"
     r"|pay (?:rise|raise|cut|grade|band)|(?:raise|rise|bump) to " + _MONEY + r"|per annum"
     r"|(?:i|we|he|she|they) (?:\w+ )?(?:earn|earns|earned|make|makes|made|take home|bring in"
     r"|clear|net|gross|get paid|got paid|am paid|is paid|'m paid|saved|inherited|borrowed)"
@@ -142,7 +143,8 @@ _VISA_KIND = (
 )
 _ID_NAMES = (
     r"passport|passeport|pasaporte|reisepass|licen[cs]e|ssn|nino|ni|social security"
-    r"|social|national insurance|national id|id card|identity card|cpf|curp"
+    r"|social|national insurance|national id|id card|identity card|cpf|curp|dni|nie|nif"
+    r"|sin|pesel|nric|hkid|pps number|cnp|egn|oib|amka|rut|ird number|cedula"
     r"|tfn|itin|steuer-?id|steuernummer|tax (?:file |id )?|nhs|medicare|medicaid|aadhaa?r"
     r"|pan card|personnummer|bsn|codice fiscale|(?:my|his|her) (?:personal |national |tax "
     r"|insurance |member(?:ship)? |patient |customer |employee |student |voter |citizen )?id"
@@ -180,7 +182,7 @@ _SOURCES: Final[tuple[tuple[str, str], ...]] = (
             r"|permis de conduire|fuhrerschein|codice fiscale"
         )
         + rf"|\b(?:{_ID_NAMES})(?: (?:card|no\.?|number|num|nr\.?|nummer|numero|#))?"
-        r"(?: (?:is|es|est|ist))?[ :#=]{1,3}(?=(?:[a-z]{0,6}[ \-./]?\d){5})",
+        r"(?: (?:is|es|est|ist|e))?[ :#=]{1,3}(?=(?:[a-z]{0,6}[ \-./]?\d){5})",
     ),
     (
         "a date of birth",
@@ -288,10 +290,12 @@ _SOURCES: Final[tuple[tuple[str, str], ...]] = (
             r"|went to jail|probation|parole|dui|dwi|felony|misdemeanou?r|sued|suing"
             r"|lawsuit|(?:my|our|his|her) (?:lawyer|attorney|solicitor|barrister)"
             r"|(?:i|he|she|they|we) (?:was|were|got|am|is|are|have been|'ve been) charged with"
-            r"|(?:court|tribunal) (?:case|hearing|appearance|order)"
+            r"|(?:court|tribunal) (?:case|hearing|appearance|order|date|summons)|summons"
+            r"|(?:appear|appearing|appeared|be|been|go|going|went|was|were) (?:in|to) court"
             r"|magistrates'?|crown court|small claims|(?:my|his|her) trial|jury"
             r"|trial (?:starts|begins|date|is set)|pleaded (?:guilty|not guilty)|on bail"
-            r"|(?:speeding|parking) (?:ticket|fine)|indicted|acquitted"
+            r"|(?:speeding|parking|traffic|driving) (?:tickets?|fines?|charges?|offen[cs]es?)"
+            r"|indicted|acquitted"
             r"|(?:being|been|was|were|got) (?:sued|prosecuted)|restraining order"
             r"|casier judiciaire|antecedentes penales|vorstrafe\w{0,2}"
         ),
@@ -300,6 +304,9 @@ _SOURCES: Final[tuple[tuple[str, str], ...]] = (
         "personal circumstances",
         words(
             r"divorc\w{0,6}|(?:we|i) (?:separated|split up)|custody|widow(?:ed|er)?"
+            r"|(?:i'm|i am|he's|she's) (?:now )?separated|(?:we're|we are) separated(?! by)"
+            r"|(?:and i|we|we're) (?:are |have |had |just |recently )?(?:separating|splitting up"
+            r"|breaking up|broken up|broke up)(?! (?:the|our|concerns|it|this|that|them)\b)"
             r"|(?:i|he|she) (?:was|got|am|is) (?:fired|sacked|dismissed)|disciplinary"
             r"|(?:sued|suing) (?:me|us|him|her)|(?:my|our) lawsuit"
             rf"|(?:my|our) (?:\w+ )?{RELATION} (?:\w+ ){{0,2}}(?:passed away|died)"
@@ -315,6 +322,8 @@ _SOURCES: Final[tuple[tuple[str, str], ...]] = (
             r"(?:descent|heritage|ancestry|extraction)"
             r"|(?:my|his|her) (?:\w+ )?(?:roots|heritage|ancestry|origins)"
             r"|indigenous|aboriginal|first nations"
+            r"|(?:i'm|i am|he's|she's|we're|they're|(?:my|his|her) \w+ (?:is|was))"
+            r" (?:half|part|a quarter) [a-z]{2,20}(?:an|ese|ish|ic|i|ch)"
             rf"|(?:{_VISA_KIND}) visas?|(?:my|his|her) visa"
             r"|visa (?:expir\w{0,4}|applications?|refus\w{0,4}|denied|renewal|sponsorship"
             r"|status|interview|extension)"
@@ -329,7 +338,9 @@ _SOURCES: Final[tuple[tuple[str, str], ...]] = (
     (
         "biometric or genetic data",
         words(
-            r"my fingerprints?|biometrics?|retina scan|(?:iris|face|palm) (?:scan|template)s?"
+            r"my fingerprints?|biometrics?|retina scan|voice ?prints?|face ?prints?"
+            r"|(?:iris|face|facial|palm|hand|vein) (?:scan|template|print|geometry|data)s?"
+            r"|facial recognition"
             r"|fingerprint (?:template|scan|data)s?"
             r"|(?:dna|genetic|genome) (?:test|results?|data|profile|sequenc\w{0,5})s?"
             r"|my (?:dna|genome|genes)|23andme"

@@ -12,13 +12,16 @@ accents are removed here, so ``contraseña`` reads ``contrasena``. What is found
 
 - a secret's name, then the value: ``my password is X``, ``the api key for staging: X``,
   ``PIN 4821``, ``mot de passe du wifi : X``, ``el PIN de mi tarjeta es 5590``,
-  ``the wifi key is 'correct horse battery staple'``;
+  ``the wifi key is 'correct horse battery staple'``, ``my password, it's X``;
 - access codes: a door, gate, alarm, safe, keypad or lockbox with a code, combo or
   combination and a value with three digits or more (``gate code 3321``, ``the code for
   the side door is 2255``, ``Der Türcode ist 4711``);
 - a seed phrase: ``seed:``, ``mnemonic``, ``the 12 words are`` and six or more short words;
 - login pairs (``login: alice / password: X``, ``the admin login is root, password
-  toor``), passwords on a command line (``mysql -pX``), and passwords in CJK scripts.
+  toor``, ``user ben pass Orange77``: after "pass" the value must mix letters with digits
+  or symbols), passwords on a command line (``mysql -pX``), and passwords in CJK scripts;
+- shapes that are secrets whole: PEM and PGP private key blocks, PuTTY key files, Slack,
+  Discord, Office and Zapier webhook URLs.
 
 A value must look like one: ``the password is stored in vault``, ``passwords are hashed``,
 ``the api key is ${API_KEY}``, ``the password field`` name no secret. Every pattern is
@@ -52,13 +55,14 @@ _PIN_WORDS = (
     r"pin(?: code| number)?|cvv2?|cvc2?|(?:card )?security code"
     r"|(?:door|gate|alarm|safe|garage|lock|entry|access|building|locker|keypad) code"
 )
-_LINK_WORDS = r"is|are|was|were|est|es|ist|sind|son|era"
+_LINK_WORDS = r"is|are|was|were|est|es|ist|sind|son|era|lautet|heisst|war|reads"
 _VIA_WORDS = r"for|of|to|on|at|de|du|del|des|pour|para|fur|zum|zur|vom|von|der"
 _SECRET_PHRASE = re.compile(
     rf"\b(?=\w)(?:(?P<password>{_PASSWORD_WORDS})|(?P<key>{_KEY_WORDS})|(?P<phrase>{_PHRASE_WORDS})"
     rf"|(?P<pin>{_PIN_WORDS}))\b"
     rf"(?P<via> (?:{_VIA_WORDS})(?: (?!(?:{_LINK_WORDS})\b)[^\s:=]{{1,40}}){{1,4}})?"
-    rf"(?:(?P<link>'s| {{0,3}}(?:(?:{_LINK_WORDS})\b|[:=]|->|=>)))? {{0,3}}"
+    rf"(?:(?P<link>'s| {{0,3}}(?:(?:{_LINK_WORDS})\b|[:=]|->|=>)"
+    r"| {0,2}[?,\u2014-]? {0,2}(?:it's|it is|c'est)\b))? {0,3}"
     r"(?=[\"'«“]?(?P<value>[^\s\"'»”]{1,200}))"
 )
 
@@ -96,10 +100,18 @@ _LOGIN_PAIR = re.compile(
 )
 _USER_THEN_PASSWORD = re.compile(
     r"\b(?:user(?:name)?|login|account|e-?mail|benutzer(?:name)?|utilisateur|usuario"
-    r"|identifiant)\b(?: (?:is|es|est|ist))?[ :=]{0,3}[^\s,;/]{1,64}[ ,;/]{1,3}"
-    r"(?:and |et |y |und )?(?:(?:the|my|le|la|el|das) )?"
-    r"(?:password|passwd|pw|pwd|mdp|mot de passe|contrasena|passwort|kennwort|clave)\b"
-    r"(?: (?:is|es|est|ist))?[ :=]{0,3}(?P<value>[^\s,;]{3,64})"
+    r"|identifiant)\b(?: (?:is|es|est|ist))?[ :=]{0,3}[^\s,;/]{1,64}(?: [^\s,;/]{1,64})?"
+    r"[ ,;/]{1,3}(?:and |et |y |und )?(?:(?:the|my|le|la|el|das) )?"
+    r"(?:(?P<word>password|passwd|pw|pwd|mdp|mot de passe|contrasena|passwort|kennwort|clave)"
+    r"|pass)\b(?: (?:is|es|est|ist))?[ :=]{0,3}(?P<value>[^\s,;]{3,64})"
+)
+# Keys and webhooks whose shape is the secret: PEM and PuTTY private keys, webhook URLs.
+_SECRET_SHAPES = re.compile(
+    r"-----begin [a-z0-9 ]{0,40}private key(?: block)?-----"
+    r"|putty-user-key-file-\d{1,2}:[^\n]{0,200}\n(?:[^\n]{0,200}\n){0,3}private-lines:"
+    r"|hooks\.slack\.com/(?:services|workflows|triggers)/[\w/]{20,}"
+    r"|discord(?:app)?\.com/api/webhooks/\d{5,}/[\w\-]{20,}"
+    r"|\.webhook\.office\.com/webhookb2/\S{20,}|hooks\.zapier\.com/hooks/catch/\d+/\w+"
 )
 _ORDINARY_WORDS = (
     "the a an in on at to for of from with by not no never none null stored saved kept written "
@@ -134,6 +146,7 @@ _PHRASE_REASONS: Final = {
     "pin": "a PIN or card security code",
 }
 _ACCESS_REASON: Final = "an access code (door, alarm, safe, keypad)"
+_SHAPE_REASON: Final = "a private key or a webhook URL"
 
 
 def secret_prose_reasons(folded: str) -> list[str]:
@@ -153,9 +166,11 @@ def secret_prose_reasons(folded: str) -> list[str]:
     if (
         _COMMAND_PASSWORD.search(words) is not None
         or any(_mixed(m["value"]) for m in _LOGIN_PAIR.finditer(words))
-        or any(value_is_real(m["value"]) for m in _USER_THEN_PASSWORD.finditer(words))
+        or any(_paired_value(m) for m in _USER_THEN_PASSWORD.finditer(words))
     ):
         reasons.append(PASSWORD)
+    if _SECRET_SHAPES.search(words) is not None:
+        reasons.append(_SHAPE_REASON)
     return list(dict.fromkeys(reasons))
 
 
@@ -176,6 +191,11 @@ def _mixed(value: str) -> bool:
         and any(char.isdigit() or not char.isalnum() for char in value)
         and not value.startswith(("/", "http", "~", "."))
     )
+
+
+def _paired_value(match: re.Match[str]) -> bool:
+    """After a user name: any real value for "password", a password-like one for "pass"."""
+    return (value_is_real if match["word"] else _mixed)(match["value"])
 
 
 def _is_code(code: str) -> bool:
