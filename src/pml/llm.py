@@ -48,12 +48,26 @@ class JsonCompleter(Protocol):
 
 
 class PooledHttp:
-    """One lazily opened HTTP client (no environment, no redirects), closed by ``aclose``;
-    a context manager. Subclasses set ``_timeout_s``, ``_transport`` and ``_client``."""
+    """One OpenAI-compatible ``/chat/completions`` endpoint over one lazily opened HTTP
+    client (no environment, no redirects), closed by ``aclose``; a context manager."""
 
-    _timeout_s: float
-    _transport: httpx.AsyncBaseTransport | None
-    _client: httpx.AsyncClient | None
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str | None,
+        timeout_s: float,
+        max_answer_bytes: int,
+        transport: httpx.AsyncBaseTransport | None,
+    ) -> None:
+        self.model = model
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self._api_key = api_key
+        self._timeout_s = timeout_s
+        self._max_answer_bytes = max_answer_bytes
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -96,13 +110,14 @@ class LlmClient(PooledHttp):
         max_answer_bytes: int = MAX_ANSWER_BYTES,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.model = model
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self._api_key = api_key
-        self._timeout_s = timeout_s
-        self._max_answer_bytes = max_answer_bytes
-        self._transport = transport
-        self._client: httpx.AsyncClient | None = None
+        super().__init__(
+            base_url=base_url,
+            model=model,
+            api_key=api_key,
+            timeout_s=timeout_s,
+            max_answer_bytes=max_answer_bytes,
+            transport=transport,
+        )
 
     @classmethod
     def from_settings(cls, settings: LlmSettings, *, api_key: str | None) -> LlmClient:

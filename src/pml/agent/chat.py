@@ -57,14 +57,15 @@ class OpenAiChat(PooledHttp):
         max_tokens: int | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.model = model
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self._api_key = api_key
-        self._timeout_s = timeout_s
-        self._max_answer_bytes = max_answer_bytes
+        super().__init__(
+            base_url=base_url,
+            model=model,
+            api_key=api_key,
+            timeout_s=timeout_s,
+            max_answer_bytes=max_answer_bytes,
+            transport=transport,
+        )
         self._max_tokens = max_tokens
-        self._transport = transport
-        self._client: httpx.AsyncClient | None = None
 
     @classmethod
     def from_settings(
