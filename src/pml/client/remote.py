@@ -36,6 +36,7 @@ from pml.config import ServerSettings
 from pml.errors import InvalidInput, UpstreamUnavailable
 from pml.execution.clients import CLIENT_HEADER, CLIENT_PRODUCT, SERVERS_HEADER
 from pml.gateway.results import error_result
+from pml.upstream.events import ClientCallbacks
 from pml.upstream.transport import StderrTail, fetch_tools, listen_for_tool_changes, open_client
 
 logger = logging.getLogger(__name__)
@@ -180,7 +181,7 @@ class RemoteGateway:
                         on_message=self._on_message,
                         on_closed=lost.set,
                         stderr=StderrTail("pml"),
-                        elicitation=self._elicitation,
+                        callbacks=ClientCallbacks(elicitation=self._elicitation),
                     )
                     await listen_for_tool_changes(stack, client)
                     connected, delay = True, RECONNECT_MIN_S

@@ -277,6 +277,7 @@ class ServerConnection:
             on_message=partial(self._on_message, run),
             on_closed=partial(self._on_closed, run),
             stderr=run.stderr,
+            callbacks=self._hooks.client_callbacks(self.name),
         )
         await listen_for_tool_changes(stack, client)
         tools = await fetch_tools(client)
@@ -335,6 +336,8 @@ class ServerConnection:
             run.wake.set()
         elif isinstance(message, Exception):
             logger.debug("upstream server %r: transport error: %s", self.name, message)
+        else:
+            await self._hooks.notification(self.name, message)
 
     def _on_closed(self, run: Run) -> None:
         if run.started:

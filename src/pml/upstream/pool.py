@@ -30,7 +30,6 @@ import os
 import socket
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 import anyio
@@ -48,32 +47,20 @@ from pml.storage.catalog_repo import CatalogStore
 from pml.upstream.base import ServerStatus, ToolsChangedListener, UpstreamTool
 from pml.upstream.calls import Result, Send, raw_call, send_call, typed_call
 from pml.upstream.connection import ServerConnection
+from pml.upstream.events import EventsSlot, UpstreamEvents
 from pml.upstream.messages import (
     check_arguments,
     check_timeout,
     unknown_server,
     unknown_tool,
 )
-from pml.upstream.session import ConnectionHooks, Run
+from pml.upstream.session import ConnectionHooks, PoolChanges, Run
 from pml.upstream.status_report import StatusReporter
 from pml.upstream.transport import UpstreamTarget
 
 logger = logging.getLogger(__name__)
 
 STOP_GRACE_S: Final = 10.0  # then sessions still closing are cancelled (stdio still kills)
-
-
-@dataclass(frozen=True, slots=True)
-class PoolChanges:
-    """What a ``reconfigure`` did, by server name (``failed``: started, and failed)."""
-
-    added: tuple[str, ...] = ()
-    removed: tuple[str, ...] = ()
-    restarted: tuple[str, ...] = ()
-    failed: tuple[str, ...] = ()
-
-    def __bool__(self) -> bool:
-        return bool(self.added or self.removed or self.restarted)
 
 
 class ClientPool:
@@ -89,11 +76,14 @@ class ClientPool:
     ) -> None:
         self._settings = settings if settings is not None else UpstreamSettings()
         self._catalog = catalog
+        self._events = EventsSlot()
         self._hooks = ConnectionHooks(
             spawn=self._spawn,
             status_changed=self._status_changed,
             catalog_fetched=self._catalog_fetched,
             tools_changed=self._tools_changed,
+            notification=self._events.notification,
+            client_callbacks=self._events.client_callbacks,
         )
         self._connections = {
             name: ServerConnection(name, target, self._settings, self._hooks)
@@ -349,6 +339,10 @@ class ClientPool:
     def on_tools_changed(self, listener: ToolsChangedListener) -> None:
         """Call ``listener(server)`` after a server's tool list changed and was refreshed."""
         self._listeners.append(listener)
+
+    def set_events(self, events: UpstreamEvents | None) -> None:
+        """Relay what sessions send unasked to ``events`` (see ``upstream.events``)."""
+        self._events.target = events
 
     # -- hooks the connections call ----------------------------------------------------------
 

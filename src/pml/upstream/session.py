@@ -18,6 +18,7 @@ import anyio
 import mcp_types
 from mcp import Client
 
+from pml.upstream.events import ClientCallbacks
 from pml.upstream.transport import StderrTail
 
 BACKOFF_BASE_S: Final = 0.5
@@ -33,6 +34,22 @@ class ConnectionHooks:
     status_changed: Callable[[str], None]
     catalog_fetched: Callable[[str, Sequence[mcp_types.Tool]], Awaitable[tuple[str, ...]]]
     tools_changed: Callable[[str], Awaitable[None]]
+    # What the session sends besides results (``upstream.events``): the pool's relay, if any.
+    notification: Callable[[str, mcp_types.ServerNotification], Awaitable[None]]
+    client_callbacks: Callable[[str], ClientCallbacks]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolChanges:
+    """What a ``reconfigure`` did, by server name (``failed``: started, and failed)."""
+
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    restarted: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.removed or self.restarted)
 
 
 def backoff_delay(failures: int) -> float:

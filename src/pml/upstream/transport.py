@@ -28,7 +28,7 @@ import httpx2
 import mcp.client.stdio as sdk_stdio
 import mcp_types
 from mcp import Client
-from mcp.client.session import ElicitationFnT, MessageHandlerFnT
+from mcp.client.session import MessageHandlerFnT
 from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -40,6 +40,7 @@ from mcp.shared.message import SessionMessage
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from pml.config import ServerSettings
+from pml.upstream.events import NO_CALLBACKS, ClientCallbacks
 
 logger = logging.getLogger(__name__)
 
@@ -208,13 +209,26 @@ async def open_client(
     on_message: MessageHandlerFnT,
     on_closed: Callable[[], None],
     stderr: StderrTail,
-    elicitation: ElicitationFnT | None = None,
+    callbacks: ClientCallbacks = NO_CALLBACKS,
 ) -> Client:
     """Connect to ``target`` with every resource entered on ``stack`` (raises on failure).
-    ``elicitation`` answers the server's ``elicitation/create`` (HTTP targets only)."""
+    ``callbacks`` answer the server's sampling, elicitation and roots requests and take its
+    log messages (each one given declares the matching client capability)."""
+
+    def client(transport: Any) -> Client:
+        return Client(
+            transport,
+            cache=None,
+            message_handler=on_message,
+            sampling_callback=callbacks.sampling,
+            sampling_capabilities=callbacks.sampling_capabilities,
+            elicitation_callback=callbacks.elicitation,
+            list_roots_callback=callbacks.list_roots,
+            logging_callback=callbacks.logging,
+        )
+
     if isinstance(target, Server):
-        client = Client(target, cache=None, message_handler=on_message)
-        return await stack.enter_async_context(client)
+        return await stack.enter_async_context(client(target))
     if target.url is None:
         assert target.command is not None  # ServerSettings guarantees command or url
         params = StdioServerParameters(
@@ -233,9 +247,7 @@ async def open_client(
         readers.start_soon(stderr.run)
         transport = _watched(stdio_client(params, errlog=errlog), on_closed)
         try:
-            return await stack.enter_async_context(
-                Client(transport, cache=None, message_handler=on_message)
-            )
+            return await stack.enter_async_context(client(transport))
         finally:
             errlog.close()  # the child holds its own copy; ours would hide the end of file
     if target.type == "sse":
@@ -247,9 +259,7 @@ async def open_client(
             )
         )
         transport = _watched(streamable_http_client(target.url, http_client=http), on_closed)
-    return await stack.enter_async_context(
-        Client(transport, cache=None, message_handler=on_message, elicitation_callback=elicitation)
-    )
+    return await stack.enter_async_context(client(transport))
 
 
 def _trace_hooks() -> dict[str, list[Callable[[httpx2.Request], Awaitable[None]]]]:
