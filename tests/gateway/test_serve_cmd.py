@@ -29,7 +29,7 @@ WAIT_S = 30.0
 STDIO_GATEWAY = """
 import sys, anyio
 from gateway.upstreams import Upstream, gateway_settings
-from pml.gateway.server import serve_stdio
+from pml.gateway.serve_stdio import serve_stdio
 from pml.upstream.pool import ClientPool
 
 class NoisyPool(ClientPool):

@@ -131,7 +131,7 @@ async def _serve(
     settings: Settings, address: tuple[str, int] | None, reload: ReloadSource | None = None
 ) -> None:
     if address is None:
-        from pml.gateway.server import serve_stdio
+        from pml.gateway.serve_stdio import serve_stdio
 
         await serve_stdio(settings, llm_api_key=llm_key(settings), reload=reload)
         return

@@ -13,9 +13,8 @@ request (stdio, in-process) it is the configured ``[scope]``.
 from __future__ import annotations
 
 import logging
-import signal
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager, nullcontext
+from collections.abc import AsyncGenerator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -23,7 +22,6 @@ import anyio
 import mcp_types
 from mcp.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
-from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
 from pml import __version__
@@ -32,11 +30,10 @@ from pml.errors import InvalidInput, PmlError, Unauthorized
 from pml.execution.clients import ClientCaller, calling_as, client_from_headers
 from pml.gateway.approval_edge import ApprovalEdge
 from pml.gateway.capability_tools import CapabilityToolCatalog
-from pml.gateway.fast_lane import ToolCallLane
 from pml.gateway.handlers import service_handlers
 from pml.gateway.notify import Context, ToolListNotifier
 from pml.gateway.policy_services import PolicyServices, open_policy
-from pml.gateway.reload import ReloadSource, reloading
+from pml.gateway.relay import GatewayRelay
 from pml.gateway.results import error_result
 from pml.gateway.services import (
     default_pool,
@@ -45,8 +42,6 @@ from pml.gateway.services import (
     open_executor,
     register_servers,
 )
-from pml.gateway.stdio import claim_stdio, serve_on_pipes
-from pml.gateway.stop_signals import signals_stop_children
 from pml.gateway.tools import Executor, GatewayTools
 from pml.gateway.watch import ToolListWatcher
 from pml.llm import open_llm
@@ -55,9 +50,8 @@ from pml.registry.scope import Principal, Scope
 from pml.registry.service import CapabilityRegistry
 from pml.registry.tools import CapTools
 from pml.storage.database import Database
-from pml.telemetry import metrics, observe, tracing
+from pml.telemetry import metrics, observe
 from pml.upstream.base import UpstreamPool
-from pml.upstream.children import terminate_children
 from pml.web.auth import PRINCIPAL_STATE_KEY, SCOPE_STATE_KEY
 from pml.wiring import routing_rules, scope_of
 
@@ -210,6 +204,7 @@ class Gateway:
     curation: CurationService
     policy: PolicyServices
     traces: TraceIngest
+    relay: GatewayRelay
 
     async def notify_tools_changed(self) -> None:
         """Tell connected clients to list tools again (e.g. after a capability rename)."""
@@ -228,6 +223,8 @@ async def open_gateway(
     try:
         registry = CapabilityRegistry(db, routing=routing_rules(settings))
         upstream = pool if pool is not None else default_pool(settings, db)
+        relay = GatewayRelay()
+        upstream.set_events(relay)  # before the sessions open: they declare its callbacks
         try:
             await upstream.start()
             default_scope = scope_of(settings)
@@ -291,6 +288,7 @@ async def open_gateway(
                             curation,
                             policy,
                             traces,
+                            relay,
                         )
         finally:
             # Not inside a cancel scope of ours: a pool may close task groups it opened in
@@ -307,73 +305,3 @@ async def _warm(catalog: CapabilityToolCatalog, scope: Scope) -> None:
         await catalog.listing(scope)
     except PmlError as error:
         logger.warning("capability tools not listed at start: %s", error.message)
-
-
-async def serve_stdio(
-    settings: Settings,
-    *,
-    pool: UpstreamPool | None = None,
-    llm_api_key: str | None = None,
-    reload: ReloadSource | None = None,
-) -> None:
-    """Serve over this process's stdin/stdout until the client leaves or SIGTERM/SIGINT;
-    with ``reload``, its requests (SIGHUP) reload the config meanwhile.
-
-    Pipes (what MCP clients give) are served on the event loop with the pass-through fast
-    lane; a terminal or a file falls back to the SDK's threaded stdio transport. On a signal
-    the upstream children are signalled at once and the gateway closes (sessions stopped,
-    database closed); then the process ends by that signal.
-    """
-    # stdout is claimed first: whatever start-up prints (migrations, children) goes to stderr.
-    async with claim_stdio() as pipes:
-        if pipes is not None:
-
-            async def on_pipes(gateway: Gateway) -> None:
-                lane = ToolCallLane(
-                    gateway.tools,
-                    gateway.default_scope,
-                    server_info=gateway.server.server_info_stamp,
-                    write=pipes.write_line,
-                    session_tracked=lambda: bool(gateway.server.notifier.scopes()),
-                )
-                await serve_on_pipes(gateway.server, pipes, lane=lane)
-
-            await _serve_until_stopped(settings, pool, on_pipes, llm_api_key, reload)
-            return
-    async with stdio_server() as (read, write):
-
-        async def on_sdk_streams(gateway: Gateway) -> None:
-            server = gateway.server
-            await server.run(read, write, server.create_initialization_options())
-
-        # Ends by the signal (if any) inside: leaving stdio_server waits for its stdin reader.
-        await _serve_until_stopped(settings, pool, on_sdk_streams, llm_api_key, reload)
-
-
-async def _serve_until_stopped(
-    settings: Settings,
-    pool: UpstreamPool | None,
-    serve: Callable[[Gateway], Awaitable[None]],
-    llm_api_key: str | None,
-    reload: ReloadSource | None = None,
-) -> None:
-    received: list[int] = []
-    serving = anyio.CancelScope()  # a signal cancels the serving, never the orderly stop
-    announce = reload.announce if reload is not None else nullcontext
-    with signals_stop_children(received, serving), announce():
-        async with (
-            open_gateway(settings, pool=pool, llm_api_key=llm_api_key) as gateway,
-            reloading(gateway, reload),
-        ):
-            with serving:
-                await serve(gateway)
-        # Backstop: every upstream session is closed by now, so any child still alive would
-        # outlive PML (the SDK's shielded clean-up can be cut short by asyncio's final
-        # cancellation of leftover tasks).
-        leftover = terminate_children(signal.SIGKILL)
-        if leftover:
-            logger.warning("killed %d upstream process(es) left after shutdown", len(leftover))
-    if received:
-        tracing.finish()  # the serving block never ends: send the last spans first
-        signal.signal(received[0], signal.SIG_DFL)
-        signal.raise_signal(received[0])

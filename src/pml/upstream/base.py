@@ -19,6 +19,8 @@ from typing import Any, Literal, Protocol
 
 import mcp_types
 
+from pml.upstream.events import UpstreamEvents
+
 ServerState = Literal["starting", "running", "idle", "stopped", "failed", "disabled"]
 PASS_THROUGH_SEPARATOR = "__"
 
@@ -118,4 +120,9 @@ class UpstreamPool(Protocol):
 
     def on_tools_changed(self, listener: ToolsChangedListener) -> None:
         """Call ``listener(server)`` after a server's tool list changed and was refreshed."""
+        ...
+
+    def set_events(self, events: UpstreamEvents | None) -> None:
+        """Relay what sessions send unasked (notifications, sampling/elicitation/roots
+        requests) to ``events``; sessions opened from now on use its callbacks."""
         ...
