@@ -359,7 +359,7 @@ class FixedPool:
         self.start, self.stop, self.status = pool.start, pool.stop, pool.status
         self.list_tools, self.call_tool = pool.list_tools, pool.call_tool
         self.call_tool_raw, self.on_tools_changed = pool.call_tool_raw, pool.on_tools_changed
-        self.set_events = pool.set_events
+        self.set_events, self.settled, self.session = pool.set_events, pool.settled, pool.session
 
 
 async def test_servers_of_a_pool_that_cannot_follow_need_a_restart(

@@ -13,11 +13,13 @@ every address.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
 import mcp_types
+from mcp import Client
 
 from pml.upstream.events import UpstreamEvents
 
@@ -70,8 +72,19 @@ ToolsChangedListener = Callable[[str], Awaitable[None]]
 class UpstreamPool(Protocol):
     """The upstream servers the gateway talks to (see ``upstream.pool.ClientPool``)."""
 
-    async def start(self) -> None:
-        """Start every non-lazy, enabled server in parallel; a broken one never stops the rest."""
+    async def start(self, *, wait: bool = True) -> None:
+        """Start every non-lazy, enabled server in parallel; a broken one never stops the
+        others. ``wait=False``: return once the starts are under way."""
+        ...
+
+    async def settled(self, timeout_s: float) -> list[str]:
+        """Wait up to ``timeout_s`` for servers still starting; the names of those that are."""
+        ...
+
+    def session(self, server: str) -> AbstractAsyncContextManager[Client]:
+        """The live client of ``server`` for a request other than a tool call (prompts,
+        resources, completion...): started first, or waited for while it starts. Raises
+        ``UnknownTool`` for an unknown server and ``UpstreamUnavailable`` as ``call_tool``."""
         ...
 
     async def stop(self) -> None:

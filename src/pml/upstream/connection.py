@@ -210,6 +210,12 @@ class ServerConnection:
                     )
             self.begin_start()
 
+    async def wait_settled(self) -> None:
+        """Return once the current start attempt (if any) has settled."""
+        run = self._run
+        if run is not None and self.state == "starting":
+            await run.settled.wait()
+
     def release(self, run: Run, latency_ms: float | None) -> None:
         """End a call begun with ``acquire`` (``latency_ms`` when the server answered)."""
         self._in_flight -= 1

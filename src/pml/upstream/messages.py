@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import httpx2
 import mcp_types
@@ -22,6 +22,9 @@ from mcp.shared.exceptions import MCPError
 
 from pml.errors import InvalidArgs, InvalidInput, UnknownTool
 from pml.upstream.transport import UpstreamTarget
+
+if TYPE_CHECKING:
+    from pml.upstream.connection import ServerConnection
 
 SHOWN_CHARS: Final = 60
 MAX_LISTED: Final = 10
@@ -123,3 +126,14 @@ def describe_error(error: BaseException, target: UpstreamTarget) -> str:
         url = None if isinstance(target, Server) else target.url
         return f"cannot reach {url}: {error or type(error).__name__}"
     return f"{type(error).__name__}: {error}"
+
+
+def tool_elsewhere(
+    connections: Mapping[str, ServerConnection], server: str, tool: str
+) -> list[str]:
+    """The servers other than ``server`` that list a tool named ``tool``."""
+    return [
+        name
+        for name, conn in connections.items()
+        if name != server and any(known.name == tool for known in conn.known_tools())
+    ]

@@ -11,14 +11,12 @@
         await pool.reconfigure({"time": ServerSettings(command="mcp-server-time"),
                                 "git": ServerSettings(command="mcp-server-git")})  # git starts
 
-``start()`` starts every non-lazy server in parallel (a broken one is ``failed`` and never
-stops the others); lazy servers start on their first call and stop after ``idle_timeout_s``
-without calls. Sessions live in supervisor tasks under one task group, hosted by a task of
-the pool's own so that ``start()`` and ``stop()`` need not be called from the same task;
-when a catalog store is given, catalogs and every state change are written to it
-(``status_report``). ``reconfigure()`` (a reload) starts added servers, stops removed ones
-and restarts changed ones (the old session is closed before the new one starts; calls to it
-wait meanwhile), leaving the others' sessions alone.
+``start()`` starts every non-lazy server in parallel (a broken one is ``failed``, never
+stopping the others); lazy ones start on their first call and stop after ``idle_timeout_s``.
+Sessions live in supervisor tasks hosted by a task of the pool's own (``start()`` and
+``stop()`` may run in different tasks); a catalog store gets catalogs and state changes.
+``reconfigure()`` (a reload) starts added servers, stops removed ones and restarts changed
+ones (calls wait for the new session), leaving the others alone.
 """
 
 from __future__ import annotations
@@ -29,18 +27,17 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Final
 
 import anyio
 import anyio.abc
 import mcp_types
-from sqlalchemy.exc import SQLAlchemyError
+from mcp import Client
 
 from pml.config import UpstreamSettings
 from pml.errors import (
     InvalidInput,
-    PmlError,
     UpstreamUnavailable,
 )
 from pml.storage.catalog_repo import CatalogStore
@@ -51,6 +48,7 @@ from pml.upstream.events import EventsSlot, UpstreamEvents
 from pml.upstream.messages import (
     check_arguments,
     check_timeout,
+    tool_elsewhere,
     unknown_server,
     unknown_tool,
 )
@@ -75,17 +73,18 @@ class ClientPool:
         reporter_id: str | None = None,
     ) -> None:
         self._settings = settings if settings is not None else UpstreamSettings()
-        self._catalog = catalog
         self._events = EventsSlot()
+        reporter = reporter_id or f"{socket.gethostname()}:{os.getpid()}"
+        self._reporter = StatusReporter(catalog, reporter, connections=lambda: self._connections)
         self._hooks = ConnectionHooks(
             spawn=self._spawn,
-            status_changed=self._status_changed,
+            status_changed=self._reporter.changed,
             catalog_fetched=self._catalog_fetched,
             tools_changed=self._tools_changed,
             notification=self._events.notification,
             client_callbacks=self._events.client_callbacks,
         )
-        self._connections = {
+        self._connections: dict[str, ServerConnection] = {
             name: ServerConnection(name, target, self._settings, self._hooks)
             for name, target in sorted(servers.items())
         }
@@ -99,11 +98,6 @@ class ClientPool:
         self._stop_requested = anyio.Event()
         self._host_done = anyio.Event()
         self._changing = anyio.Lock()  # start() and each reconfigure() run one at a time
-        self._reporter = StatusReporter(
-            catalog,
-            reporter_id or f"{socket.gethostname()}:{os.getpid()}",
-            connections=lambda: self._connections,
-        )
 
     async def __aenter__(self) -> ClientPool:
         await self.start()
@@ -114,8 +108,11 @@ class ClientPool:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Start every non-lazy, enabled server in parallel; a broken one never stops the rest."""
+    async def start(self, *, wait: bool = True) -> None:
+        """Start every non-lazy, enabled server in parallel; a broken one never stops the rest.
+
+        ``wait=False`` returns once the starts are under way (``settled`` waits for them);
+        servers that join later are announced to ``on_tools_changed`` listeners."""
         if self._phase != "new":
             if self._phase in ("stopping", "stopped"):
                 raise RuntimeError("a stopped ClientPool cannot be started again")
@@ -131,11 +128,38 @@ class ClientPool:
                 conn.activate()
                 if not conn.lazy and not conn.disabled:
                     runs.append(conn.begin_start())
+            if not wait:
+                self._phase = "running"
+                return
             for run in runs:
                 await run.settled.wait()
             if self._phase == "starting":
                 self._phase = "running"
         await self._reporter.flush(set(self._connections))
+
+    async def settled(self, timeout_s: float) -> list[str]:
+        """Wait up to ``timeout_s`` for servers still starting; the names of those that are."""
+        with anyio.move_on_after(max(0.0, timeout_s)):
+            while starting := self.starting():
+                await self._connections[starting[0]].wait_settled()
+        return self.starting()
+
+    def starting(self) -> list[str]:
+        """The servers whose session is starting now."""
+        return [name for name, conn in self._connections.items() if conn.state == "starting"]
+
+    @contextlib.asynccontextmanager
+    async def session(self, server: str) -> AsyncGenerator[Client]:
+        """The live client of ``server`` for a request other than a tool call (prompts,
+        resources, completion...); started first, or waited for while it starts."""
+        conn = self._connections.get(server) if _is_text(server) else None
+        if conn is None:
+            raise unknown_server(server, list(self._connections))
+        run = await conn.acquire()
+        try:
+            yield run.client
+        finally:
+            conn.release(run, None)
 
     async def stop(self) -> None:
         """Close every session and stop every child process (idempotent)."""
@@ -324,7 +348,9 @@ class ClientPool:
         latency_ms: float | None = None
         try:
             if tool not in run.tools:
-                raise unknown_tool(server, tool, run.tools, self._elsewhere(server, tool))
+                raise unknown_tool(
+                    server, tool, run.tools, tool_elsewhere(self._connections, server, tool)
+                )
             started = time.perf_counter()
             result = await send_call(conn, run, tool, args, timeout_s=timeout, send=send)
             latency_ms = (time.perf_counter() - started) * 1000
@@ -346,24 +372,13 @@ class ClientPool:
 
     # -- hooks the connections call ----------------------------------------------------------
 
-    def _status_changed(self, server: str) -> None:
-        self._reporter.changed(server)
-
     async def _catalog_fetched(
         self, server: str, tools: Sequence[mcp_types.Tool]
     ) -> tuple[str, ...]:
         conn = self._connections.get(server)
         if conn is None:
             return ()  # removed by a reload while its last catalog was on its way
-        if self._catalog is None:
-            return conn.flagged
-        try:
-            await self._catalog.record_catalog(server, tools)
-            flagged = await self._catalog.flagged(server)
-        except (PmlError, SQLAlchemyError) as error:
-            logger.warning("could not store the catalog of upstream server %r: %s", server, error)
-            return conn.flagged
-        return tuple(flagged.get(server, ()))
+        return await self._reporter.record_catalog(conn, tools)
 
     async def _tools_changed(self, server: str) -> None:
         if self._phase != "running" or server in self._quiet:
@@ -377,13 +392,6 @@ class ClientPool:
     async def _flush(self, names: set[str] | None = None) -> None:
         """Report the servers' states to the catalog store now (tests force a report)."""
         await self._reporter.flush(names)
-
-    def _elsewhere(self, server: str, tool: str) -> list[str]:
-        return [
-            name
-            for name, conn in self._connections.items()
-            if name != server and any(known.name == tool for known in conn.known_tools())
-        ]
 
 
 def _is_text(value: object) -> bool:

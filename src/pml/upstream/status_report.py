@@ -14,10 +14,11 @@ accept a changed tool definition from any of them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Final
 
 import anyio
+import mcp_types
 from sqlalchemy.exc import SQLAlchemyError
 
 from pml.errors import PmlError
@@ -49,6 +50,22 @@ class StatusReporter:
         """``server``'s state changed: report it at the next flush."""
         self._dirty.add(server)
         self._wake.set()
+
+    async def record_catalog(
+        self, conn: ServerConnection, tools: Sequence[mcp_types.Tool]
+    ) -> tuple[str, ...]:
+        """Store ``conn``'s fetched catalog; the tools the store flags on it now."""
+        if self._catalog is None:
+            return conn.flagged
+        try:
+            await self._catalog.record_catalog(conn.name, tools)
+            flagged = await self._catalog.flagged(conn.name)
+        except (PmlError, SQLAlchemyError) as error:
+            logger.warning(
+                "could not store the catalog of upstream server %r: %s", conn.name, error
+            )
+            return conn.flagged
+        return tuple(flagged.get(conn.name, ()))
 
     async def load_stored(self, connections: Collection[ServerConnection]) -> None:
         """Give ``connections`` their stored flags, and lazy ones their stored catalog."""
