@@ -149,13 +149,16 @@ class AuditSettings(BaseModel):
 
 
 class UpstreamSettings(BaseModel):
-    """Timeouts of the upstream pool: per call, per start, and before an idle lazy server stops."""
+    """Timeouts of the upstream pool: per call, per start, and before an idle lazy server
+    stops; ``list_wait_s``: how long a ``tools/list`` waits for servers still starting (the
+    gateway answers ``initialize`` at once; later servers arrive with ``list_changed``)."""
 
     model_config = ConfigDict(extra="forbid")
 
     call_timeout_s: float = Field(default=60.0, gt=0)
     start_timeout_s: float = Field(default=30.0, gt=0)
     idle_timeout_s: float = Field(default=300.0, gt=0)
+    list_wait_s: float = Field(default=2.0, ge=0, le=300)
 
 
 class DiscoverySettings(BaseModel):

@@ -52,6 +52,7 @@ from pml.registry.tools import CapTools
 from pml.storage.database import Database
 from pml.telemetry import metrics, observe
 from pml.upstream.base import UpstreamPool
+from pml.upstream.start_window import StartWindow
 from pml.web.auth import PRINCIPAL_STATE_KEY, SCOPE_STATE_KEY
 from pml.wiring import routing_rules, scope_of
 
@@ -226,11 +227,12 @@ async def open_gateway(
         relay = GatewayRelay()
         upstream.set_events(relay)  # before the sessions open: they declare its callbacks
         try:
-            await upstream.start()
+            await upstream.start(wait=False)  # initialize never waits for upstream servers
+            window = StartWindow(upstream, settings.upstream.list_wait_s)
             default_scope = scope_of(settings)
             await register_servers(registry, settings, default_scope)
             await routing_at_start(db, settings)  # stored routing follows [routing]
-            discovery = open_discovery(settings, db, upstream)
+            discovery = open_discovery(settings, db, window)
             registry.on_change(discovery.capability_changed)
             async with (
                 discovery.running(),
@@ -265,6 +267,7 @@ async def open_gateway(
                     page_size=settings.tools_page_size,
                     handlers=service_handlers(discovery=discovery, curation=curation),
                     policy=policy.enforcer,
+                    list_wait=window.wait,
                 )
                 edge = ApprovalEdge(executor, policy.approvals, policy.audit)
                 server = build_server(

@@ -31,7 +31,7 @@ from pml.wiring import routing_rules
 
 if TYPE_CHECKING:
     from pml.curation.service import CurationService
-    from pml.discovery.service import DiscoveryService
+    from pml.discovery.service import DiscoveryService, ToolSource
     from pml.execution.trace_ingest import TraceIngest
     from pml.gateway.policy_services import PolicyServices
 
@@ -64,7 +64,7 @@ def open_curation(
     return CurationService(registry, db, settings=settings.curation, llm=llm)
 
 
-def open_discovery(settings: Settings, db: Database, pool: UpstreamPool) -> DiscoveryService:
+def open_discovery(settings: Settings, db: Database, pool: ToolSource) -> DiscoveryService:
     """``pml_discover``'s service with the configured embedder (imported lazily)."""
     from pml.discovery.embedder import load_embedder
     from pml.discovery.service import DiscoveryService

@@ -95,7 +95,9 @@ class GatewayTools:
         page_size: int = DEFAULT_PAGE_SIZE,
         handlers: Mapping[str, ToolHandler] | None = None,
         policy: PolicyEnforcer | None = None,
+        list_wait: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        self._list_wait = list_wait  # listings wait for servers still starting (StartWindow)
         self._cap_tools = cap_tools
         self._policy = policy
         self._handlers = dict(handlers or {})
@@ -128,7 +130,7 @@ class GatewayTools:
         if self._catalog is not None and self._executor is not None:
             tools.extend((await self._catalog.listing(scope)).tools)
         if self._expose_upstream:
-            await self._refresh()
+            await self._refresh(wait=True)
             tools.extend(
                 upstream.definition.model_copy(update={"name": name})
                 for name, upstream in self._pass_through.items()
@@ -156,7 +158,7 @@ class GatewayTools:
         if self._catalog is not None and self._executor is not None:
             items.extend((await self._catalog.listing(scope)).wire)
         if self._expose_upstream:
-            await self._refresh()
+            await self._refresh(wait=True)
             items.extend(
                 _wire(upstream.definition.model_copy(update={"name": name}))
                 for name, upstream in self._pass_through.items()
@@ -333,8 +335,11 @@ class GatewayTools:
                 return status.name, name[len(prefix) :]
         return None
 
-    async def _refresh(self) -> None:
-        """Rebuild the ``server__tool`` map from the pool (names resolved, never split)."""
+    async def _refresh(self, *, wait: bool = False) -> None:
+        """Rebuild the ``server__tool`` map from the pool (names resolved, never split);
+        ``wait``: for servers still starting, within the start window."""
+        if wait and self._list_wait is not None:
+            await self._list_wait()
         by_name: dict[str, list[UpstreamTool]] = {}
         for upstream in await self._pool.list_tools():
             by_name.setdefault(upstream.pass_through_name, []).append(upstream)

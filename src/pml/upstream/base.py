@@ -12,7 +12,7 @@ every address.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -77,8 +77,9 @@ class UpstreamPool(Protocol):
         others. ``wait=False``: return once the starts are under way."""
         ...
 
-    async def settled(self, timeout_s: float) -> list[str]:
-        """Wait up to ``timeout_s`` for servers still starting; the names of those that are."""
+    async def settled(self, timeout_s: float, names: Collection[str] | None = None) -> list[str]:
+        """Wait up to ``timeout_s`` for servers still starting (only ``names``, if given);
+        the names of those still starting then."""
         ...
 
     def session(self, server: str) -> AbstractAsyncContextManager[Client]:

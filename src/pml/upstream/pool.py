@@ -1,10 +1,7 @@
 """The upstream pool: one reused MCP client session per configured server.
 
-    pool = ClientPool(
-        {"time": ServerSettings(command="mcp-server-time")},
-        settings=UpstreamSettings(call_timeout_s=10),
-        catalog=CatalogStore(db),
-    )
+    pool = ClientPool({"time": ServerSettings(command="mcp-server-time")},
+                      settings=UpstreamSettings(call_timeout_s=10), catalog=CatalogStore(db))
     async with pool:                                   # or: await pool.start() ... pool.stop()
         tools = await pool.list_tools()                # [UpstreamTool(server="time", ...), ...]
         result = await pool.call_tool("time", "get_current_time", {"timezone": "UTC"})
@@ -27,7 +24,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Collection, Coroutine, Mapping, Sequence
 from typing import Any, Final
 
 import anyio
@@ -109,10 +106,8 @@ class ClientPool:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self, *, wait: bool = True) -> None:
-        """Start every non-lazy, enabled server in parallel; a broken one never stops the rest.
-
-        ``wait=False`` returns once the starts are under way (``settled`` waits for them);
-        servers that join later are announced to ``on_tools_changed`` listeners."""
+        """Start every non-lazy, enabled server in parallel (see ``UpstreamPool.start``);
+        with ``wait=False`` servers that join later are announced as tool changes."""
         if self._phase != "new":
             if self._phase in ("stopping", "stopped"):
                 raise RuntimeError("a stopped ClientPool cannot be started again")
@@ -137,21 +132,24 @@ class ClientPool:
                 self._phase = "running"
         await self._reporter.flush(set(self._connections))
 
-    async def settled(self, timeout_s: float) -> list[str]:
-        """Wait up to ``timeout_s`` for servers still starting; the names of those that are."""
+    async def settled(self, timeout_s: float, names: Collection[str] | None = None) -> list[str]:
+        """Wait for servers still starting (see ``UpstreamPool.settled``)."""
         with anyio.move_on_after(max(0.0, timeout_s)):
-            while starting := self.starting():
-                await self._connections[starting[0]].wait_settled()
-        return self.starting()
+            while waiting := self.starting(names):
+                await self._connections[waiting[0]].wait_settled()
+        return self.starting(names)
 
-    def starting(self) -> list[str]:
-        """The servers whose session is starting now."""
-        return [name for name, conn in self._connections.items() if conn.state == "starting"]
+    def starting(self, names: Collection[str] | None = None) -> list[str]:
+        """The servers (among ``names``, if given) whose session is starting now."""
+        return [
+            name
+            for name, conn in self._connections.items()
+            if conn.state == "starting" and (names is None or name in names)
+        ]
 
     @contextlib.asynccontextmanager
     async def session(self, server: str) -> AsyncGenerator[Client]:
-        """The live client of ``server`` for a request other than a tool call (prompts,
-        resources, completion...); started first, or waited for while it starts."""
+        """The live client of ``server`` (see ``UpstreamPool.session``)."""
         conn = self._connections.get(server) if _is_text(server) else None
         if conn is None:
             raise unknown_server(server, list(self._connections))
