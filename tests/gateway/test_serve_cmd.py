@@ -33,9 +33,9 @@ from pml.gateway.serve_stdio import serve_stdio
 from pml.upstream.pool import ClientPool
 
 class NoisyPool(ClientPool):
-    async def start(self):
+    async def start(self, *, wait=True):
         print("noise from the pool on stdout")
-        await super().start()
+        await super().start(wait=wait)
 
     async def stop(self):
         await super().stop()

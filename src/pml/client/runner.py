@@ -129,7 +129,11 @@ class LocalRunner:
             limits = self._limits_of(handoff)
             analysis = cached_analysis(code, limits.max_code_bytes)
             plan = await plan_references(
-                analysis.calls, scope=self._scope, registry=self._registry, pool=self._pool
+                analysis.calls,
+                scope=self._scope,
+                registry=self._registry,
+                pool=self._pool,
+                start_wait_s=limits.wall_time_s,  # a local server still starting is waited for
             )
             capabilities = [t.fqdn for t in plan.targets.values() if t.kind == "capability"]
             if capabilities:

@@ -109,7 +109,7 @@ async def open_runner(settings: Settings, llm_api_key: str | None) -> AsyncGener
         pool = default_pool(settings, db)
         engine = MontyEngine()
         try:
-            await pool.start()
+            await pool.start(wait=False)  # the agent's initialize never waits for them
             async with (
                 open_llm(settings.llm, api_key=llm_api_key) as llm,
                 open_policy(settings, db, llm) as policy,

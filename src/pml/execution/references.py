@@ -29,7 +29,7 @@ from fnmatch import fnmatchcase
 from typing import Any, Literal
 
 from pml.analysis.snippet import CallSite
-from pml.errors import ClientToolsRequireClient, NotFound, UnknownTool
+from pml.errors import ClientToolsRequireClient, NotFound, UnknownTool, UpstreamUnavailable
 from pml.execution.clients import HOW_TO_CONNECT, ClientCaller
 from pml.execution.registry_calls import (
     NOT_ON_CLIENT,
@@ -129,14 +129,22 @@ async def plan_references(
     client: ClientCaller | None = None,
     routing: RoutingRules | None = None,
     pml_tools: SnippetRegistryTools | None = None,
+    start_wait_s: float = 0.0,
 ) -> Plan:
     """Resolve every call site (``UnknownTool`` listing all the unknown ones).
 
     ``pml_tools``: what answers PML's read-only tools (``mcp.pml.<tool>``) when the run may
-    call them: runs on the gateway may, code a PML client runs may not (None)."""
+    call them: runs on the gateway may, code a PML client runs may not (None).
+    ``start_wait_s``: how long to wait for named servers still starting (``UpstreamUnavailable``
+    for one still starting then)."""
     rules = routing or RoutingRules()
     servers = {status.name for status in pool.status() if status.state != "disabled"}
     on_client = _client_servers(client, servers, rules)
+    named = {site.namespace for site in calls} & servers - on_client
+    for name in await pool.settled(start_wait_s, names=named) if named else ():
+        raise UpstreamUnavailable(
+            f"Upstream server '{name}' is still starting after {start_wait_s:g} s", server=name
+        )
     catalog: dict[str, list[str]] = {}
     for upstream in await pool.list_tools():
         catalog.setdefault(upstream.server, []).append(upstream.name)

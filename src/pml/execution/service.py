@@ -361,6 +361,7 @@ class ExecuteService:
             client=client if self._handoff is not None else None,
             routing=self._handoff.routing if self._handoff is not None else None,
             pml_tools=SnippetRegistryTools(self._registry, self._discovery),  # mcp.pml.<tool>
+            start_wait_s=self._limits.wall_time_s,  # a server still starting is waited for
         )
 
     async def _stored_plan(

@@ -256,6 +256,7 @@ class ServerConnection:
                 run.error = self._with_stderr(
                     run, f"no answer within {self._settings.start_timeout_s:g} s while starting"
                 )
+                logger.warning("upstream server %r failed: %s", self.name, run.error)
         except Exception as error:  # the session's top-level boundary: any failure fails it
             outcome = "failed"
             if run.lost:  # already reported: add why the transport says it broke
@@ -388,5 +389,5 @@ class ServerConnection:
             self._hooks.status_changed(self.name)
 
     def _with_stderr(self, run: Run, message: str) -> str:
-        tail = run.stderr.text()
-        return f"{message}; stderr: {tail}" if tail else message
+        reason = run.stderr.reason()  # the error line of a crash, not its stack's tail
+        return f"{message}; stderr: {reason}" if reason else message

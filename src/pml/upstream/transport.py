@@ -41,6 +41,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from pml.config import ServerSettings
 from pml.upstream.events import NO_CALLBACKS, ClientCallbacks
+from pml.upstream.stderr_lines import meaningful_line
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ INHERITED_ENV_VARS: Final = (
 )  # fmt: skip
 MAX_TOOL_PAGES: Final = 100
 STDERR_TAIL_BYTES: Final = 8192
+STDERR_HEAD_LINES: Final = 40
 HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
 
 # How long a stdio child may take to exit after its stdin closes before it is signalled.
@@ -90,6 +92,7 @@ class StderrTail:
         self._fd: int | None = None
         self._buffer = bytearray()
         self._lines: deque[str] = deque(maxlen=20)
+        self._head: list[str] = []  # the first lines: a crash's reason may scroll out of the tail
 
     def attach(self, fd: int) -> None:
         """Read from ``fd`` (the read end of the pipe, made non-blocking) from now on."""
@@ -118,6 +121,11 @@ class StderrTail:
         recent = [*self._lines, *([pending[:500]] if pending else [])]
         return " | ".join(recent[-lines:])
 
+    def reason(self) -> str:
+        """The line of stderr that says why the server failed (``meaningful_line``)."""
+        self.text()  # reads what is pending
+        return meaningful_line([*self._head, *self._lines])
+
     def _drain(self, fd: int) -> bool:
         """Read what the pipe holds now; False at the end of file."""
         while True:
@@ -140,6 +148,8 @@ class StderrTail:
             if line:
                 logger.debug("[%s] %s", self._server, line)
                 self._lines.append(line[:500])
+                if len(self._head) < STDERR_HEAD_LINES:
+                    self._head.append(line[:500])
 
 
 class _WatchedReadStream:
