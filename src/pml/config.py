@@ -14,25 +14,13 @@ Example::
 from __future__ import annotations
 
 import getpass
-import json
 import logging
-import re
-import tomllib
-import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self, cast
+from typing import Any, cast
 
 from platformdirs import user_data_dir
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -41,6 +29,14 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from pml.config_servers import MAX_SERVER_NAME_LENGTH as MAX_SERVER_NAME_LENGTH
+from pml.config_servers import RESERVED_SERVER_NAME as RESERVED_SERVER_NAME
+from pml.config_servers import ServerName, expand_servers, read_mcp_servers
+from pml.config_servers import ServerSettings as ServerSettings
+from pml.config_servers import import_mcp_servers as import_mcp_servers
+from pml.config_text import format_validation_error as format_validation_error
+from pml.config_text import read_config_file, show
+from pml.config_travel import DEFAULT_PROJECT, derived_project, resolve_paths
 from pml.errors import ConfigError
 from pml.sections import AuditSettings as AuditSettings
 from pml.sections import CurationSettings as CurationSettings
@@ -61,9 +57,6 @@ from pml.sections_ops import TelemetrySettings as TelemetrySettings
 logger = logging.getLogger(__name__)
 
 SCOPE_PART_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
-MAX_SERVER_NAME_LENGTH = 64
-_SHOWN_CHARS = 40
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def default_database_url() -> str:
@@ -84,73 +77,13 @@ def audit_file_path(settings: Settings) -> Path | None:
     return None
 
 
-RESERVED_SERVER_NAME = "pml"  # mcp.pml.<tool> in snippets: PML's read-only registry tools
-
-
-def _check_server_name(name: str) -> str:
-    if not name:
-        raise ValueError("server name must not be empty")
-    if len(name) > MAX_SERVER_NAME_LENGTH:
-        raise ValueError(
-            f"server name is {len(name)} characters long (max {MAX_SERVER_NAME_LENGTH})"
-        )
-    # Control, format (bidi overrides), surrogate, private-use and unassigned characters
-    # make names that print differently from what they are.
-    if any(unicodedata.category(char).startswith("C") for char in name):
-        raise ValueError("server name contains control or invisible characters")
-    if name == RESERVED_SERVER_NAME:
-        raise ValueError(
-            "'pml' is reserved: snippets reach PML's own tools as mcp.pml.<tool>; "
-            "give this server another name"
-        )
-    return name
-
-
-ServerName = Annotated[str, AfterValidator(_check_server_name)]
-
-
-class ServerSettings(BaseModel):
-    """One upstream MCP server: the fields of a Claude Desktop ``mcpServers`` entry."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    command: str | None = Field(default=None, min_length=1)
-    args: list[str] = Field(default_factory=list[str])
-    env: dict[str, str] = Field(default_factory=dict[str, str])
-    cwd: str | None = None
-    url: str | None = None
-    headers: dict[str, str] = Field(default_factory=dict[str, str])
-    type: Literal["stdio", "http", "streamable-http", "sse"] | None = None
-    lazy: bool = False
-    disabled: bool = False
-
-    @field_validator("url")
-    @classmethod
-    def _http_url(cls, url: str | None) -> str | None:
-        if url is not None and not url.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://")
-        return url
-
-    @model_validator(mode="after")
-    def _one_transport(self) -> Self:
-        if self.command is None and self.url is None:
-            raise ValueError("needs 'command' (a local process) or 'url' (a remote server)")
-        if self.command is not None and self.url is not None:
-            raise ValueError("sets both 'command' and 'url'; keep one")
-        if self.type == "stdio" and self.command is None:
-            raise ValueError("type 'stdio' needs 'command', not 'url'")
-        if self.type not in (None, "stdio") and self.url is None:
-            raise ValueError(f"type '{self.type}' needs 'url', not 'command'")
-        return self
-
-
 class ScopeSettings(BaseModel):
     """The org/project (and user) this install acts as."""
 
     model_config = ConfigDict(extra="forbid")
 
     org: str = Field(default="local", pattern=SCOPE_PART_PATTERN)
-    project: str = Field(default="default", pattern=SCOPE_PART_PATTERN)
+    project: str = Field(default=DEFAULT_PROJECT, pattern=SCOPE_PART_PATTERN)
     user: str | None = Field(default=None, min_length=1)
 
     def effective_user(self) -> str:
@@ -188,6 +121,20 @@ class Settings(BaseSettings):
     log: LogSettings = Field(default_factory=LogSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
     memory: MemorySettings = Field(default_factory=MemorySettings)
+    # The servers whose written entry holds ${VAR}: as written, for output and records.
+    _servers_as_written: dict[str, ServerSettings] = PrivateAttr(
+        default_factory=dict[str, ServerSettings]
+    )
+
+    def server_as_written(self, name: str) -> ServerSettings:
+        """Server ``name`` as its config writes it: ``${VAR}`` kept, paths resolved. Show and
+        record this one; start the server from ``servers[name]`` (expanded)."""
+        return self._servers_as_written.get(name) or self.servers[name]
+
+    def keep_servers_as_written(self, servers: Mapping[str, ServerSettings]) -> None:
+        """Remember the written form of servers whose entry ``${VAR}`` changed (the
+        loader's step; see :meth:`server_as_written`)."""
+        self._servers_as_written = dict(servers)
 
     @classmethod
     def settings_customise_sources(
@@ -220,10 +167,14 @@ def load_settings(
     environ: Mapping[str, str],
     cwd: Path | None = None,
 ) -> Settings:
-    """Settings from ``config_path`` / ``$PML_CONFIG`` / ``./pml.toml``, then ``environ``."""
+    """Settings from ``config_path`` / ``$PML_CONFIG`` / ``./pml.toml``, then ``environ``.
+
+    Server entries travel (docs/configuration.md): relative paths resolve against the
+    folder of the file naming them, ``${VAR}`` expands from ``environ``; a config file
+    without ``[scope] project`` gets a project derived from its folder."""
     base = cwd if cwd is not None else Path.cwd()
     path = _find_config(config_path, environ, base)
-    file_data = cast(dict[str, Any], _read(path, "TOML")) if path is not None else {}
+    file_data = _file_data(path) if path is not None else {}
     try:
         env_data = _MappingEnvSource(Settings, environ)()
     except SettingsError as error:
@@ -233,76 +184,50 @@ def load_settings(
     source = str(path) if path is not None else "settings"
     for key in merged:
         if key not in Settings.model_fields:
-            raise ConfigError(f"{source}: {_show(key)}: unknown key")  # env keys are known
+            raise ConfigError(f"{source}: {show(key)}: unknown key")  # env keys are known
+    expanded = expand_servers(merged.get("servers"), environ, source=source)
+    if "servers" in merged:
+        merged["servers"] = expanded.entries
     try:
         settings = Settings.model_validate(merged)
     except ValidationError as error:
         head = error.errors()[0]["loc"][0] if error.errors() else ""
         origin = "environment" if head in env_data else source
         raise ConfigError(f"{origin}: {format_validation_error(error)}") from None
-    if settings.servers_file is None:
-        return settings
-    servers_file = (path.parent if path is not None else base) / settings.servers_file.expanduser()
-    extra = import_mcp_servers(servers_file, warn=logger.warning)
-    for name in extra:
-        if name in settings.servers:
-            raise ConfigError(
-                f"server {_show(name)} is defined both in {source} and in {servers_file}"
-            )
-    return settings.model_copy(
-        update={"servers": {**settings.servers, **extra}, "servers_file": servers_file}
-    )
+    servers, as_written = expanded.finish(settings.servers)
+    update: dict[str, Any] = {"servers": servers}
+    if path is not None and "project" not in settings.scope.model_fields_set:
+        project = derived_project(path.parent)
+        update["scope"] = settings.scope.model_copy(update={"project": project})
+    if settings.servers_file is not None:
+        servers_file = (path.parent if path is not None else base) / (
+            settings.servers_file.expanduser()
+        )
+        extra, extra_written = read_mcp_servers(servers_file, warn=logger.warning, environ=environ)
+        for name in extra:
+            if name in servers:
+                raise ConfigError(
+                    f"server {show(name)} is defined both in {source} and in {servers_file}"
+                )
+        update |= {"servers": {**servers, **extra}, "servers_file": servers_file}
+        as_written |= extra_written
+    settings = settings.model_copy(update=update)
+    settings.keep_servers_as_written(as_written)
+    return settings
 
 
-def import_mcp_servers(
-    path: Path, *, warn: Callable[[str], None] | None = None
-) -> dict[str, ServerSettings]:
-    """The ``mcpServers`` of a Claude Desktop / Claude Code / Cursor JSON config."""
-    data = _read(path, "JSON")
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a JSON object, not {_json_kind(data)}")
-    raw = cast(dict[str, object], data).get("mcpServers")
-    if raw is None:
-        raise ConfigError(f'{path}: no "mcpServers" object found')
-    if not isinstance(raw, dict):
-        raise ConfigError(f'{path}: "mcpServers" must be an object, not {_json_kind(raw)}')
-    servers: dict[str, ServerSettings] = {}
-    for name, entry in cast(dict[str, object], raw).items():
-        try:
-            _check_server_name(name)
-        except ValueError as error:
-            raise ConfigError(f"{path}: server {_show(name)}: {error}") from None
-        if not isinstance(entry, dict):
-            raise ConfigError(
-                f"{path}: server {_show(name)} must be an object, not {_json_kind(entry)}"
-            )
-        fields = cast(dict[str, object], entry)
-        known = {key: value for key, value in fields.items() if key in ServerSettings.model_fields}
-        if warn is not None:
-            for key in [key for key in fields if key not in known]:
-                warn(f"server {_show(name)}: dropped unknown key {_show(key)}")
-        try:
-            servers[name] = ServerSettings.model_validate(known)
-        except ValidationError as error:
-            raise ConfigError(
-                f"{path}: server {_show(name)}: {format_validation_error(error)}"
-            ) from None
-    return servers
-
-
-def format_validation_error(error: ValidationError, *, limit: int = 3) -> str:
-    """One line naming each failing field path (``servers.time.command: ...``)."""
-    parts: list[str] = []
-    for detail in error.errors(include_url=False)[:limit]:
-        where = _format_loc(detail["loc"])
-        message = detail["msg"].removeprefix("Value error, ")
-        if detail["type"] == "extra_forbidden":
-            message = "unknown key"
-        parts.append(f"{where}: {message}" if where else message)
-    hidden = error.error_count() - limit
-    if hidden > 0:
-        parts.append(f"and {hidden} more")
-    return "; ".join(parts)
+def _file_data(path: Path) -> dict[str, Any]:
+    """The TOML of ``path``, its servers' relative paths resolved against its folder."""
+    data = cast(dict[str, Any], read_config_file(path, "TOML"))
+    servers = data.get("servers")
+    if isinstance(servers, dict):
+        data["servers"] = {
+            name: resolve_paths(cast(dict[str, Any], entry), path.parent)
+            if isinstance(entry, dict)
+            else entry
+            for name, entry in cast(dict[str, object], servers).items()
+        }
+    return data
 
 
 def _find_config(explicit: Path | None, environ: Mapping[str, str], base: Path) -> Path | None:
@@ -321,26 +246,6 @@ def _find_config(explicit: Path | None, environ: Mapping[str, str], base: Path) 
     return path if path.exists() else None
 
 
-def _read(path: Path, kind: Literal["TOML", "JSON"]) -> object:
-    try:
-        text = path.read_bytes().decode("utf-8-sig")  # editors on Windows may add a BOM
-        return tomllib.loads(text) if kind == "TOML" else json.loads(text)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read: {error.strerror or error}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: invalid {kind}: not UTF-8 text") from None
-    except json.JSONDecodeError as error:
-        raise ConfigError(
-            f"{path}: invalid JSON at line {error.lineno}, column {error.colno}: {error.msg}"
-        ) from None
-    except RecursionError:
-        raise ConfigError(f"{path}: invalid {kind}: nested too deeply") from None
-    except ValueError as error:  # TOMLDecodeError (with its line), or a too-long integer
-        raise ConfigError(f"{path}: invalid {kind}: {error}") from None
-
-
 def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in over.items():
@@ -350,33 +255,3 @@ def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, A
         else:
             merged[key] = value
     return merged
-
-
-def _format_loc(loc: tuple[int | str, ...]) -> str:
-    text = ""
-    for part in loc:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        elif part == "[key]":  # a dict key failed validation: the path already names it
-            continue
-        else:
-            shown = part if _BARE_KEY.fullmatch(part) else _show(part)
-            text += f".{shown}" if text else shown
-    return text
-
-
-def _show(text: str) -> str:
-    """A name quoted for a one-line message: escaped, and cut when long."""
-    cut = text[:_SHOWN_CHARS]
-    escaped = "".join(
-        char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
-        for char in cut
-    )
-    if len(text) > _SHOWN_CHARS:
-        return f'"{escaped}…" ({len(text)} characters)'
-    return f'"{escaped}"'
-
-
-def _json_kind(value: object) -> str:
-    kinds = {"dict": "an object", "list": "an array", "str": "a string", "bool": "a boolean"}
-    return "null" if value is None else kinds.get(type(value).__name__, "a number")

@@ -90,15 +90,20 @@ def test_init_from_claude_code_keeps_types_urls_and_headers(tmp_path: Path) -> N
     source = write_json(tmp_path / ".mcp.json", CLAUDE_CODE)
     target = tmp_path / "pml.toml"
     assert run("--from", str(source), "--config", str(target)).exit_code == 0
-    servers = load_settings(target, environ={}, cwd=tmp_path).servers
+    assert 'Authorization = "Bearer ${SENTRY_TOKEN}"' in target.read_text(encoding="utf-8")
+    settings = load_settings(target, environ={"SENTRY_TOKEN": "sntrys_1"}, cwd=tmp_path)
+    servers = settings.servers
     assert servers["git"] == ServerSettings(
         type="stdio", command="uvx", args=["mcp-server-git", "--repository", "."]
     )
     assert servers["sentry"] == ServerSettings(
         type="http",
         url="https://mcp.sentry.dev/mcp",
-        headers={"Authorization": "Bearer ${SENTRY_TOKEN}"},
+        headers={"Authorization": "Bearer sntrys_1"},
     )
+    assert settings.server_as_written("sentry").headers == {
+        "Authorization": "Bearer ${SENTRY_TOKEN}"
+    }
 
 
 def test_init_from_cursor_warns_once_per_dropped_key(tmp_path: Path) -> None:

@@ -2,7 +2,11 @@
 
 The servers come from a Claude Desktop, Claude Code (``.mcp.json``, ``~/.claude.json``) or
 Cursor (``.cursor/mcp.json``) JSON config; keys PML does not know (``autoApprove``, ...) are
-dropped with a warning. Nothing is written unless the whole import succeeds.
+dropped with a warning. ``${VAR}`` references are written as they are (never their values),
+and relative paths are rewritten when the new file is in another folder than the JSON one.
+The ``[scope] project`` written is derived from the new file's folder, so that two projects
+initialised on one machine do not share capabilities. Nothing is written unless the whole
+import succeeds.
 
 Example::
 
@@ -30,6 +34,7 @@ from pml.config import (
     default_database_url,
     import_mcp_servers,
 )
+from pml.config_travel import derived_project
 from pml.errors import ConfigError
 
 FromOption = Annotated[
@@ -63,6 +68,11 @@ _MIDDLE = """\
 
 """
 
+_SCOPE = """\
+# Who this install acts as. Configs that name the same database_url and [scope] share
+# capabilities; without `project`, it is derived from this file's folder (name and hash).
+"""
+
 _FOOTER = """\
 # Server-name patterns whose tools run in the cloud; every other server is local.
 # [routing]
@@ -83,15 +93,18 @@ _FOOTER = """\
 # model = "llama3.1"
 # api_key_env = "OPENAI_API_KEY"
 
-# Upstream MCP servers: the fields of Claude Desktop "mcpServers" entries.
+# Upstream MCP servers: the fields of Claude Desktop "mcpServers" entries. Relative paths
+# (a command with a "/", args starting with "./" or "../", cwd) are relative to this file's
+# folder; ${VAR} and ${VAR:-default} in command, args, env, cwd, url and headers come from
+# PML's environment, so secrets need not be written here.
 # [servers.filesystem]
 # command = "npx"
-# args = ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"]
+# args = ["-y", "@modelcontextprotocol/server-filesystem", "./docs"]
 # env = { }
 #
 # [servers.remote]
 # url = "https://example.com/mcp"
-# headers = { Authorization = "Bearer ..." }
+# headers = { Authorization = "Bearer ${REMOTE_TOKEN}" }
 """
 
 
@@ -133,9 +146,14 @@ def write_config(
         raise ConfigError(f"{target} is a directory")
     if target.exists() and not force:
         raise ConfigError(f"{target} already exists (use --force to overwrite it)")
-    servers = import_mcp_servers(from_file, warn=warn) if from_file is not None else {}
+    servers: dict[str, ServerSettings] = {}
+    if from_file is not None:
+        # Relative paths stay as written when both files share a folder (they resolve the
+        # same way); else they are made absolute against the JSON file's folder.
+        same_folder = _same_folder(from_file, target)
+        servers = import_mcp_servers(from_file, warn=warn, resolve=not same_folder)
     try:
-        data = render_config(servers).encode("utf-8")
+        data = render_config(servers, project=derived_project(target.parent)).encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates from a JSON "\ud800" escape
         raise ConfigError(f"{from_file}: contains text that is not valid Unicode") from None
     try:
@@ -145,14 +163,16 @@ def write_config(
     return len(servers)
 
 
-def render_config(servers: Mapping[str, ServerSettings]) -> str:
+def render_config(servers: Mapping[str, ServerSettings], *, project: str = "default") -> str:
     """The text of a commented starter ``pml.toml`` with ``servers`` as tables."""
     database = tomli_w.dumps({"database_url": default_database_url()})
+    scope = ScopeSettings(project=project).model_dump(exclude_none=True)
     parts = [
         _HEADER,
         f"# {database}",
         _MIDDLE,
-        tomli_w.dumps({"scope": ScopeSettings().model_dump(exclude_none=True)}),
+        _SCOPE,
+        tomli_w.dumps({"scope": scope}),
         '# user = "alice"    # default: the OS user\n\n',
         "# Limits of one snippet run.\n",
         tomli_w.dumps({"sandbox": SandboxSettings().model_dump()}),
@@ -165,6 +185,13 @@ def render_config(servers: Mapping[str, ServerSettings]) -> str:
         }
         parts += ["\n# Imported servers.\n", tomli_w.dumps({"servers": tables})]
     return "".join(parts)
+
+
+def _same_folder(first: Path, second: Path) -> bool:
+    try:
+        return first.parent.resolve() == second.parent.resolve()
+    except OSError:  # a folder that cannot be resolved: rewrite paths to be safe
+        return False
 
 
 def _write_atomically(target: Path, data: bytes) -> None:

@@ -48,7 +48,8 @@ async def register_servers(registry: CapabilityRegistry, settings: Settings, sco
     for name, server in sorted(settings.servers.items()):
         if server.disabled:
             continue
-        code_url = server.url or shlex.join([server.command or "", *server.args])
+        written = settings.server_as_written(name)  # ${VAR} kept: no secret in the record
+        code_url = written.url or shlex.join([written.command or "", *written.args])
         routing = server_routing(name, rules.cloud, rules.local)
         try:
             await registry.register_mcp_server(scope, name, code_url=code_url, routing=routing)

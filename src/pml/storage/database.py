@@ -14,7 +14,9 @@ case-sensitive ``LIKE`` so both backends match the same rows.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import re
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
@@ -103,8 +105,8 @@ def create_engine(url: str) -> AsyncEngine:
     target = async_url(url)
     if target.get_backend_name() == "sqlite":
         database = target.database or ""
-        if database not in {"", ":memory:"}:
-            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        if database not in {"", ":memory:"} and not database.startswith("file:"):
+            create_private_file(Path(database).expanduser())
         engine = create_async_engine(target, connect_args={"timeout": 30})
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         event.listen(engine.sync_engine, "connect", _sqlite_explicit_transactions)
@@ -113,6 +115,24 @@ def create_engine(url: str) -> AsyncEngine:
     # No pre-ping: it costs a round trip per checkout; a dropped connection is invalidated on
     # its first error and the pool reconnects, and recycling bounds a connection's age.
     return create_async_engine(target, pool_size=10, max_overflow=20, pool_recycle=1800)
+
+
+def create_private_file(path: Path) -> None:
+    """Create the SQLite file ``path`` readable by its owner only (0600), and the folders
+    PML creates for it 0700: the database holds audit details, grants and API key hashes.
+    SQLite gives its ``-wal`` and ``-shm`` files the database file's mode. An existing file
+    or folder keeps the mode its owner gave it."""
+    try:
+        missing = [folder for folder in [path.parent, *path.parent.parents] if not folder.exists()]
+        for folder in reversed(missing):
+            with contextlib.suppress(FileExistsError):  # another process made it meanwhile
+                folder.mkdir(mode=0o700)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except OSError as error:
+        raise StorageError(f"cannot create {path}: {error.strerror or error}") from None
+    os.close(descriptor)
 
 
 def _alembic_config(connection: sa.Connection | None) -> Config:
