@@ -17,8 +17,8 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # The local single-user gateway: the example upstream servers (no network, no keys), the
-# embedded SQLite default, streamable HTTP on loopback. Runs from the repository root
-# because examples/pml.toml names its servers by paths relative to it.
+# embedded SQLite default, streamable HTTP on loopback. examples/pml.toml names its servers
+# by paths relative to its own folder, so it works from any directory.
 RUN_CONFIG ?= examples/pml.toml
 RUN_HTTP ?= 127.0.0.1:8765
 
