@@ -21,21 +21,15 @@ import os
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import tomli_w
 import typer
 
 from pml.cli.common import ConfigOption, config_path, run_command
-from pml.config import (
-    SandboxSettings,
-    ScopeSettings,
-    ServerSettings,
-    default_database_url,
-    import_mcp_servers,
-)
-from pml.config_travel import derived_project
 from pml.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pml.config import ServerSettings
 
 FromOption = Annotated[
     Path | None,
@@ -142,6 +136,10 @@ def write_config(
     warn: Callable[[str], None] | None = None,
 ) -> int:
     """Write a starter config to ``target`` (importing ``from_file``); the servers imported."""
+    # Imported here: the settings models cost more than the rest of ``pml --help``.
+    from pml.config import import_mcp_servers
+    from pml.config_travel import derived_project
+
     if target.is_dir():
         raise ConfigError(f"{target} is a directory")
     if target.exists() and not force:
@@ -165,6 +163,10 @@ def write_config(
 
 def render_config(servers: Mapping[str, ServerSettings], *, project: str = "default") -> str:
     """The text of a commented starter ``pml.toml`` with ``servers`` as tables."""
+    import tomli_w
+
+    from pml.config import SandboxSettings, ScopeSettings, default_database_url
+
     database = tomli_w.dumps({"database_url": default_database_url()})
     scope = ScopeSettings(project=project).model_dump(exclude_none=True)
     parts = [
