@@ -21,18 +21,17 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import anyio
 import typer
 
 from pml.cli.audit_show import record_lines
 from pml.cli.common import ConfigOption, load_cli_settings, print_json, run_command
 from pml.cli.status_cmd import safe_text
 from pml.errors import InvalidInput
-from pml.policy.pipeline_view import check_request_id, request_record
-from pml.storage.audit_repo import AuditRepository, AuditRow
-from pml.storage.database import Database
+
+if TYPE_CHECKING:
+    from pml.storage.audit_repo import AuditRow
 
 MAX_LIMIT = 10_000
 POLL_INTERVAL_S = 0.5
@@ -109,6 +108,11 @@ def register(app: typer.Typer) -> None:
         names = event or []
 
         async def body() -> None:
+            import anyio
+
+            from pml.storage.audit_repo import AuditRepository
+            from pml.storage.database import Database
+
             events = _check(limit, names) or None
             settings = load_cli_settings(ctx, config)
             db = await Database.open(settings.database_url)
@@ -155,6 +159,10 @@ def register(app: typer.Typer) -> None:
         """Show one request's pipeline: router, policy, tool calls, permissions, memory, timing."""
 
         async def body() -> dict[str, Any]:
+            from pml.policy.pipeline_view import check_request_id, request_record
+            from pml.storage.audit_repo import AuditRepository
+            from pml.storage.database import Database
+
             checked = check_request_id(request_id)
             settings = load_cli_settings(ctx, config)
             db = await Database.open(settings.database_url)

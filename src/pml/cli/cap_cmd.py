@@ -22,7 +22,6 @@ from rich.text import Text
 
 from pml.cli import cap_bundle_cmd, cap_lifecycle_cmd, cap_routing_cmd
 from pml.cli.common import ConfigOption, JsonOption, load_cli_settings, print_json, run_command
-from pml.cli.runtime import open_registry
 from pml.errors import InvalidInput
 
 TagOption = Annotated[
@@ -34,6 +33,8 @@ def _call(
     ctx: typer.Context, config: Any, tool: str, arguments: dict[str, Any], as_json: bool
 ) -> dict[str, Any]:
     async def body() -> dict[str, Any]:
+        from pml.cli.runtime import open_registry
+
         async with open_registry(load_cli_settings(ctx, config)) as session:
             return await session.tools.call(tool, session.scope, arguments)
 

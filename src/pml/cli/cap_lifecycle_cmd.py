@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from pml.cli.common import ConfigOption, JsonOption, load_cli_settings, print_json, run_command
-from pml.cli.runtime import RegistrySession, open_registry
 from pml.errors import Forbidden
-from pml.registry.lifecycle import CapabilityLifecycle
-from pml.registry.tools import summary
+
+if TYPE_CHECKING:
+    from pml.cli.runtime import RegistrySession
+    from pml.registry.lifecycle import CapabilityLifecycle
+    from pml.registry.models import CapabilityRecord
 
 T = TypeVar("T")
 NameArgument = Annotated[str, typer.Argument(help="Display name, FQDN or id.")]
@@ -39,10 +41,21 @@ def _run(
     action: Callable[[CapabilityLifecycle, RegistrySession], Awaitable[T]],
 ) -> T:
     async def body() -> T:
+        # Imported here: the registry brings SQLAlchemy, which ``pml --help`` must not pay for.
+        from pml.cli.runtime import open_registry
+        from pml.registry.lifecycle import CapabilityLifecycle
+
         async with open_registry(load_cli_settings(ctx, config)) as session:
             return await action(CapabilityLifecycle(session.registry), session)
 
     return run_command(body, as_json=as_json)
+
+
+def summary(record: CapabilityRecord) -> dict[str, Any]:
+    """A record as listings show it (``pml.registry.tools.summary``, imported when used)."""
+    from pml.registry.tools import summary as listed
+
+    return listed(record)
 
 
 def _show(result: dict[str, Any], as_json: bool, line: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import typer
 
 from pml.cli.common import ConfigOption, JsonOption, load_cli_settings, print_json, run_command
-from pml.storage.database import Database, describe_url, head_revision
 
 
 def register(app: typer.Typer) -> None:
@@ -19,6 +18,8 @@ def register(app: typer.Typer) -> None:
         """Apply pending migrations to the configured database."""
 
         async def body() -> dict[str, str | None]:
+            from pml.storage.database import Database, describe_url, head_revision
+
             settings = load_cli_settings(ctx, config)
             db = await Database.open(settings.database_url, migrate=False)
             try:

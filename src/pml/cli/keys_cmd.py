@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -23,8 +23,9 @@ from rich.table import Table
 
 from pml.cli.common import ConfigOption, JsonOption, load_cli_settings, print_json, run_command
 from pml.cli.status_cmd import safe_text
-from pml.gateway.keys import ApiKeyRecord, ApiKeys
-from pml.storage.database import Database
+
+if TYPE_CHECKING:
+    from pml.gateway.keys import ApiKeyRecord, ApiKeys
 
 T = TypeVar("T")
 
@@ -41,6 +42,9 @@ def _with_keys(
     """Run ``action`` on the configured database (migrated on open, like every writer)."""
 
     async def body() -> T:
+        from pml.gateway.keys import ApiKeys
+        from pml.storage.database import Database
+
         settings = load_cli_settings(ctx, config)
         db = await Database.open(settings.database_url)
         try:

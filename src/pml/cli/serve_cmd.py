@@ -28,11 +28,10 @@ from pml.cli.common import (
     run_command,
     with_debug_routing,
 )
-from pml.config import Settings
 from pml.errors import ConfigError, InvalidInput
-from pml.telemetry.setup import telemetry_running
 
 if TYPE_CHECKING:
+    from pml.config import Settings
     from pml.gateway.reload import ReloadSource
 
 _HOST_PORT = re.compile(
@@ -83,6 +82,8 @@ def register(app: typer.Typer) -> None:
         """Run the gateway: stdio for one agent, or HTTP for a shared deployment."""
 
         async def body() -> None:
+            from pml.telemetry.setup import telemetry_running
+
             if stdio and http is not None:
                 raise InvalidInput("give either --stdio or --http HOST:PORT, not both")
             address = parse_host_port(http) if http is not None else None
