@@ -1,10 +1,11 @@
-"""``tools/list_changed`` for the clients whose tool list changed, in both protocol generations.
+"""List changes for the clients whose lists changed, in both protocol generations.
 
     notifier = ToolListNotifier()
     notifier.track(ctx, scope)                 # a 2025-11-25 session that listed/called tools
     server = Server(..., on_subscriptions_listen=notifier.listen_handler(scope_of_ctx))
     await notifier.tools_changed(scope)        # only the clients of that caller
     await notifier.tools_changed()             # every client (upstream tools changed)
+    await notifier.broadcast(PromptsListChanged())  # every client, both generations
     notifier.end_streams()                     # the HTTP server stops: let go of clients
 
 2025-11-25 sessions get ``notifications/tools/list_changed`` on their standalone stream;
@@ -24,7 +25,13 @@ import mcp_types
 from mcp import MCPError
 from mcp.server import ServerRequestContext
 from mcp.server.connection import Connection
-from mcp.server.subscriptions import ListenHandler, ServerEvent, ToolsListChanged
+from mcp.server.subscriptions import (
+    ListenHandler,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ServerEvent,
+    ToolsListChanged,
+)
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from pml.registry.scope import Scope
@@ -33,6 +40,12 @@ logger = logging.getLogger(__name__)
 
 Context = ServerRequestContext[dict[str, Any], Any]
 ScopeOf = Callable[[Context], Scope]
+
+
+def connection_of(ctx: Context) -> Connection:
+    """The client connection a request came on (one per 2025-11-25 session)."""
+    # The SDK hands handlers the connection only through the session (TODO(L54) there).
+    return ctx.session._connection  # pyright: ignore[reportPrivateUsage]
 
 
 class ScopeBus:
@@ -75,8 +88,7 @@ class ToolListNotifier:
         """Remember a session-era connection that has listed or called tools, and its caller."""
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return
-        # The SDK hands handlers the connection only through the session (TODO(L54) there).
-        connection = ctx.session._connection  # pyright: ignore[reportPrivateUsage]
+        connection = connection_of(ctx)
         if connection.has_standalone_channel:
             self._sessions[connection] = scope
 
@@ -118,6 +130,19 @@ class ToolListNotifier:
                 await bus.publish(ToolsListChanged())
         for connection, session_scope in list(self._sessions.items()):
             if scope is None or session_scope == scope:
+                await connection.send_tool_list_changed()
+
+    async def broadcast(self, event: ServerEvent) -> None:
+        """Publish ``event`` on every caller's bus (each listen stream's filter decides who
+        gets it) and send a list change to every tracked session; never raises."""
+        for bus, _ in list(self._buses.values()):
+            await bus.publish(event)
+        for connection in list(self._sessions.keys()):
+            if isinstance(event, PromptsListChanged):
+                await connection.send_prompt_list_changed()
+            elif isinstance(event, ResourcesListChanged):
+                await connection.send_resource_list_changed()
+            elif isinstance(event, ToolsListChanged):
                 await connection.send_tool_list_changed()
 
     def _handler_for(self, scope: Scope) -> ListenHandler:

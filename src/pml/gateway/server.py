@@ -34,7 +34,6 @@ from pml.gateway.handlers import service_handlers
 from pml.gateway.notify import Context, ToolListNotifier
 from pml.gateway.policy_services import PolicyServices, open_policy
 from pml.gateway.relay import GatewayRelay
-from pml.gateway.relay_requests import RelayedRequests
 from pml.gateway.results import error_result
 from pml.gateway.services import (
     default_pool,
@@ -43,6 +42,7 @@ from pml.gateway.services import (
     open_executor,
     register_servers,
 )
+from pml.gateway.surface import GatewaySurface
 from pml.gateway.tools import Executor, GatewayTools
 from pml.gateway.watch import ToolListWatcher
 from pml.llm import open_llm
@@ -73,7 +73,8 @@ INSTRUCTIONS = (
 
 
 class GatewayServer(Server[dict[str, Any]]):
-    """The low-level SDK server, declaring ``tools.listChanged`` in every generation."""
+    """The low-level SDK server, declaring ``listChanged`` (tools, prompts, resources) in
+    every generation."""
 
     notifier: ToolListNotifier
 
@@ -83,9 +84,13 @@ class GatewayServer(Server[dict[str, Any]]):
         experimental_capabilities: dict[str, dict[str, Any]] | None = None,
         extensions: dict[str, dict[str, Any]] | None = None,
     ) -> InitializationOptions:
-        """The SDK's options, with ``tools.listChanged: true`` unless told otherwise."""
+        """The SDK's options, with ``listChanged: true`` unless told otherwise (prompts and
+        resources are declared only when the surface's handlers are installed)."""
+        changed = NotificationOptions(
+            prompts_changed=True, resources_changed=True, tools_changed=True
+        )
         return super().create_initialization_options(
-            notification_options or NotificationOptions(tools_changed=True),
+            notification_options or changed,
             experimental_capabilities,
             extensions,
         )
@@ -125,9 +130,11 @@ def build_server(
     default_scope: Scope,
     notifier: ToolListNotifier | None = None,
     edge: ApprovalEdge | None = None,
+    surface: GatewaySurface | None = None,
 ) -> GatewayServer:
     """The MCP server exposing ``tools``; a request without an API-key scope uses the default.
-    With ``edge``, calls that wait for approval ask the client's person (elicitation)."""
+    With ``edge``, calls that wait for approval ask the client's person (elicitation); with
+    ``surface``, upstream prompts, resources, completions and logging pass through."""
     notifier = notifier if notifier is not None else ToolListNotifier()
 
     def request_scope(ctx: Context) -> Scope:
@@ -183,6 +190,8 @@ def build_server(
         on_subscriptions_listen=notifier.listen_handler(request_scope),
     )
     server.notifier = notifier
+    if surface is not None:
+        surface.install(server, scope_of=request_scope, notifier=notifier)
     tools.on_tools_changed(notifier.tools_changed)
     return server
 
@@ -207,6 +216,7 @@ class Gateway:
     policy: PolicyServices
     traces: TraceIngest
     relay: GatewayRelay
+    surface: GatewaySurface | None = None
 
     async def notify_tools_changed(self) -> None:
         """Tell connected clients to list tools again (e.g. after a capability rename)."""
@@ -227,10 +237,12 @@ async def open_gateway(
         upstream = pool if pool is not None else default_pool(settings, db)
         relay = GatewayRelay()
         upstream.set_events(relay)  # before the sessions open: they declare its callbacks
-        requests = RelayedRequests.answering(relay)  # upstream sampling/elicitation/roots
         try:
             await upstream.start(wait=False)  # initialize never waits for upstream servers
             window = StartWindow(upstream, settings.upstream.list_wait_s)
+            surface = GatewaySurface(upstream, list_wait=window.wait)
+            relay.add_sink(surface)  # prompt/resource list changes, updates, log messages
+            upstream.on_tools_changed(surface.server_changed)
             default_scope = scope_of(settings)
             await register_servers(registry, settings, default_scope)
             await routing_at_start(db, settings)  # stored routing follows [routing]
@@ -238,6 +250,7 @@ async def open_gateway(
             registry.on_change(discovery.capability_changed)
             async with (
                 discovery.running(),
+                surface.running(),
                 open_llm(settings.llm, api_key=llm_api_key) as llm,
                 open_policy(settings, db, llm) as policy,
                 open_executor(settings, db, registry, upstream, discovery, policy) as (
@@ -272,15 +285,16 @@ async def open_gateway(
                     list_wait=window.wait,
                 )
                 edge = ApprovalEdge(executor, policy.approvals, policy.audit)
+                surface.auditor = policy.audit
                 server = build_server(
-                    tools, default_scope=default_scope, notifier=notifier, edge=edge
+                    tools,
+                    default_scope=default_scope,
+                    notifier=notifier,
+                    edge=edge,
+                    surface=surface,
                 )
                 with metrics.observing(tools, registry):  # counted while open (GET /metrics)
-                    async with (
-                        watcher.running(),
-                        curation.running(),
-                        requests.serving(server, settings, policy.audit, default_scope),
-                    ):
+                    async with watcher.running(), curation.running():
                         await _warm(catalog, default_scope)
                         yield Gateway(
                             settings,
@@ -298,6 +312,7 @@ async def open_gateway(
                             policy,
                             traces,
                             relay,
+                            surface,
                         )
         finally:
             # Not inside a cancel scope of ours: a pool may close task groups it opened in
