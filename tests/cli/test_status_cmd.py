@@ -193,7 +193,13 @@ def test_status_json_reports_each_server_the_catalog_and_api_keys(cli: Cli) -> N
         "servers",
         "tool_usage",
         "curation",
+        "config",
+        "gateway",
+        "servers_source",
     }
+    assert status["servers_source"] == "stored"  # no gateway runs with this config
+    assert status["gateway"]["running"] is False
+    assert status["config"] == str(cli.config)
     assert status["tool_usage"] == [
         {
             "server_id": "time",
@@ -238,6 +244,7 @@ def test_status_json_reports_each_server_the_catalog_and_api_keys(cli: Cli) -> N
         "reported_by": "gw-host:4242",
         "catalog_tools": 2,
         "flagged_tools": ["get_current_time"],
+        "source": "stored",
     }
     assert servers["broken"]["state"] == "failed"
     assert servers["broken"]["last_error"] == LAST_ERROR
@@ -306,11 +313,18 @@ def test_status_of_a_blank_sqlite_file_does_not_migrate_it(cli: Cli) -> None:
     assert tables == []
 
 
-def test_status_of_an_unreachable_database_reports_it_and_lists_servers(cli: Cli) -> None:
+def test_status_of_an_unreachable_database_reports_it_lists_servers_and_exits_1(
+    cli: Cli,
+) -> None:
     url = "postgresql://nobody:secret@127.0.0.1:1/pml"
 
-    status = cli.json("status", url=url)
+    result = cli.run("status", "--json", url=url)
 
+    assert result.exit_code == 1
+    status = json.loads(result.stdout)
+    assert result.stderr.startswith("error: STORAGE_ERROR: the database ")
+    assert "unreachable" in result.stderr
+    assert "secret" not in result.stderr
     assert status["database"]["reachable"] is False
     assert status["database"]["error"]
     assert "secret" not in json.dumps(status)

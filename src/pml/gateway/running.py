@@ -3,12 +3,14 @@
     with announced(run_directory(data_dir), config, transport="stdio"):   # pml serve
         ...                                              # <dir>/<key>-<pid>.json, mode 0600
     told = tell_to_reload(running_gateways(run_directory(data_dir), config))   # pml reload
+    gateway.control_socket                               # <dir>/<key>-<pid>.sock (pml status)
 
 A file is keyed by the absolute path of the config the process was started with (none when
 it runs on defaults) and removed when the process ends. One left by a process that died
 without cleaning up (SIGKILL) is stale: its pid no longer runs, or runs another program
 started at another time (a reused pid). Stale and unreadable files are skipped, and stale
-ones removed by the next look. Nothing here imports the MCP SDK (``pml reload`` stays quick).
+ones removed by the next look, with the control socket a killed process left beside its file
+(``control.py``). Nothing here imports the MCP SDK (``pml reload`` stays quick).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class RunningGateway:
     config: str
     transport: str
     started_at: float
+    control_socket: Path | None = None  # where it answers ``pml status`` (control.py)
 
 
 def run_directory(data_dir: Path) -> Path:
@@ -60,6 +63,11 @@ def find_config(explicit: Path | None, environ: Mapping[str, str], cwd: Path) ->
 def _absolute(path: Path) -> Path:
     # Symlinks stay as they are: a reload follows a link that was pointed elsewhere.
     return Path(os.path.abspath(path))
+
+
+def control_socket_path(announcement: Path) -> Path:
+    """The control socket beside an announcement file (``<key>-<pid>.sock``)."""
+    return announcement.with_suffix(".sock")
 
 
 def config_key(config: Path | None) -> str:
@@ -111,8 +119,9 @@ def running_gateways(directory: Path, config: Path | None) -> list[RunningGatewa
         if _alive(record):
             found.append(record.gateway)
         else:
-            with contextlib.suppress(OSError):
-                entry.unlink()
+            for stale in (entry, control_socket_path(entry)):
+                with contextlib.suppress(OSError):
+                    stale.unlink()
     return sorted(found, key=lambda gateway: (gateway.started_at, gateway.pid))
 
 
@@ -153,7 +162,9 @@ def _read_record(path: Path) -> _Record | None:
         return None
     if not isinstance(started, int | float) or isinstance(started, bool):
         return None
-    gateway = RunningGateway(pid, config, transport[:100], float(started))
+    gateway = RunningGateway(
+        pid, config, transport[:100], float(started), control_socket=control_socket_path(path)
+    )
     return _Record(gateway, process_start if isinstance(process_start, str) else None)
 
 
