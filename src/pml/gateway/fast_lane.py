@@ -31,6 +31,7 @@ from typing import Any, Final, Literal, cast
 import anyio
 import anyio.abc
 import mcp_types
+import pydantic_core
 from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
 from mcp_types import methods as sdk_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -113,15 +114,15 @@ class ToolCallLane:
 
     def _watch_opening(self, line: bytes) -> None:
         """The first request decides the generation, as in the SDK's server runner."""
-        message = _json_object(line)
+        message = json_object(line)
         if message is None or not isinstance(message.get("method"), str) or "id" not in message:
             return  # notifications and noise before the first request decide nothing
         if self._era == "handshake":
             return  # a second request while the handshake is pending: still the server's
         if message["method"] == "initialize":
             self._era = "handshake"
-            self._initialize_id = _request_id(message)
-            self._session_elicits = _declares_elicitation(message.get("params"), "capabilities")
+            self._initialize_id = request_id_of(message)
+            self._session_elicits = declares_elicitation(message.get("params"), "capabilities")
         else:
             self._era = "modern"
 
@@ -130,10 +131,10 @@ class ToolCallLane:
     ) -> tuple[dict[str, Any], RequestId, dict[str, Any]] | None:
         """``(message, id, params)`` of a JSON-RPC request for ``method`` with an id not in
         flight and object params (``no_params`` stands for absent ones), else None."""
-        message = _json_object(line)
+        message = json_object(line)
         if message is None or message.get("jsonrpc") != "2.0" or message.get("method") != method:
             return None
-        request_id = _request_id(message)
+        request_id = request_id_of(message)
         params = message.get("params", no_params)
         if request_id is None or request_id in self._in_flight or not isinstance(params, dict):
             return None
@@ -161,7 +162,7 @@ class ToolCallLane:
         call_arguments = cast("dict[str, Any] | None", arguments)
         scope = anyio.CancelScope()
         self._in_flight[request_id] = scope
-        trace = _trace_context(params.get("_meta"))
+        trace = trace_context(params.get("_meta"))
         tasks.start_soon(
             self._answer, request_id, version, name, target, call_arguments, scope, trace
         )
@@ -205,7 +206,7 @@ class ToolCallLane:
                         else (mcp_types.INTERNAL_ERROR)
                     )
                     failure = {"code": code, "message": error.message}
-                    self._write(_dump({"jsonrpc": "2.0", "id": request_id, "error": failure}))
+                    self._write(dump_json({"jsonrpc": "2.0", "id": request_id, "error": failure}))
                     return
                 self._write(self._list_response(request_id, version, items, next_cursor))
         finally:
@@ -235,7 +236,7 @@ class ToolCallLane:
         """Whether the client of this call declared elicitation (session or this request)."""
         if self._era == "session":
             return self._session_elicits
-        return _declares_elicitation(params.get("_meta"), mcp_types.CLIENT_CAPABILITIES_META_KEY)
+        return declares_elicitation(params.get("_meta"), mcp_types.CLIENT_CAPABILITIES_META_KEY)
 
     def _version_of(
         self, message: dict[str, Any], params: dict[str, Any], *, traced: bool = False
@@ -245,8 +246,8 @@ class ToolCallLane:
         meta = params.get("_meta")
         also = TRACE_META_KEYS if traced else frozenset[str]()
         if self._era == "session":
-            return self._session_version if meta is None or _keys_within(meta, also) else None
-        if not _keys_within(meta, ENVELOPE_KEYS | also):
+            return self._session_version if meta is None or keys_within(meta, also) else None
+        if not keys_within(meta, ENVELOPE_KEYS | also):
             return None
         route = classify_inbound_request(message)
         if isinstance(route, InboundLadderRejection):
@@ -254,7 +255,7 @@ class ToolCallLane:
         return route.protocol_version
 
     def _take_cancel(self, line: bytes) -> bool:
-        message = _json_object(line)
+        message = json_object(line)
         if message is None or message.get("method") != "notifications/cancelled":
             return False
         params = message.get("params")
@@ -280,59 +281,71 @@ class ToolCallLane:
         try:
             result: dict[str, Any] | None = None
             with scope:
-                result = await self._call(name, target, arguments, trace)
+                result = await lane_call(
+                    self._tools, self._scope, name, target, arguments, lane="stdio", **trace
+                )
             if result is not None:  # a cancelled request is not answered
-                self._write(self._response(request_id, version, result))
+                self._write(result_message(request_id, version, result, self._server_info))
         finally:
             self._in_flight.pop(request_id, None)
 
-    async def _call(
-        self,
-        name: str,
-        target: tuple[str, str] | None,
-        arguments: dict[str, Any] | None,
-        trace: dict[str, str],
-    ) -> dict[str, Any]:
-        user = self._scope.user
-        with observe.step("tool_call", tool=name, lane="stdio", user=user, **trace) as step:
-            if target is not None:
-                server, tool = target
-                answer = await self._tools.call_pass_through(self._scope, server, tool, arguments)
-                if answer.get("isError") is True:
-                    step.outcome = "tool_error"
-                return answer
-            result = await self._tools.call_tool(self._scope, name, arguments)
-            if result.is_error:
+
+async def lane_call(
+    tools: GatewayTools,
+    scope: Scope,
+    name: str,
+    target: tuple[str, str] | None,
+    arguments: dict[str, Any] | None,
+    **attributes: str,
+) -> dict[str, Any]:
+    """One ``tools/call`` answered by a lane: a pass-through ``target`` through
+    ``call_pass_through`` (the upstream's JSON object), else the gateway's own tool; observed as
+    the ``tool_call`` step with ``attributes`` (``lane``, trace context, ``key``). Never raises
+    for a failed call: failures are ``isError`` results, as on the SDK path."""
+    with observe.step("tool_call", tool=name, user=scope.user, **attributes) as step:
+        if target is not None:
+            server, tool = target
+            answer = await tools.call_pass_through(scope, server, tool, arguments)
+            if answer.get("isError") is True:
                 step.outcome = "tool_error"
-            return result.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-    def _response(self, request_id: RequestId, version: str, result: dict[str, Any]) -> bytes:
-        modern = version in MODERN_PROTOCOL_VERSIONS
-        if modern and "resultType" not in result:  # a 2025 upstream's results are complete
-            result = {**result, "resultType": "complete"}
-        try:
-            shaped = sdk_methods.serialize_server_result("tools/call", version, result)
-        except (ValidationError, ValueError, KeyError):
-            logger.exception("upstream result not valid for protocol %s", version)
-            error = {
-                "code": mcp_types.INTERNAL_ERROR,
-                "message": "Handler returned an invalid result",
-            }
-            return _dump({"jsonrpc": "2.0", "id": request_id, "error": error})
-        if modern:
-            meta = shaped.get("_meta")
-            if not isinstance(meta, dict):
-                shaped["_meta"] = {mcp_types.SERVER_INFO_META_KEY: dict(self._server_info)}
-            elif meta.get(mcp_types.SERVER_INFO_META_KEY) is None:  # pyright: ignore[reportUnknownMemberType]
-                shaped["_meta"] = {**meta, mcp_types.SERVER_INFO_META_KEY: dict(self._server_info)}
-        return _dump({"jsonrpc": "2.0", "id": request_id, "result": shaped})
+            return answer
+        result = await tools.call_tool(scope, name, arguments)
+        if result.is_error:
+            step.outcome = "tool_error"
+        return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-def _keys_within(meta: object, allowed: frozenset[str]) -> bool:
+def result_message(
+    request_id: RequestId, version: str, result: dict[str, Any], server_info: Mapping[str, Any]
+) -> bytes:
+    """The JSON-RPC answer carrying ``result`` as the SDK server shapes it for ``version``
+    (its own result surface; 2026-07-28 results get ``resultType`` and the server stamp)."""
+    modern = version in MODERN_PROTOCOL_VERSIONS
+    if modern and "resultType" not in result:  # a 2025 upstream's results are complete
+        result = {**result, "resultType": "complete"}
+    try:
+        shaped = sdk_methods.serialize_server_result("tools/call", version, result)
+    except (ValidationError, ValueError, KeyError):
+        logger.exception("upstream result not valid for protocol %s", version)
+        error = {
+            "code": mcp_types.INTERNAL_ERROR,
+            "message": "Handler returned an invalid result",
+        }
+        return dump_json({"jsonrpc": "2.0", "id": request_id, "error": error})
+    if modern:
+        meta = shaped.get("_meta")
+        if not isinstance(meta, dict):
+            shaped["_meta"] = {mcp_types.SERVER_INFO_META_KEY: dict(server_info)}
+        elif meta.get(mcp_types.SERVER_INFO_META_KEY) is None:  # pyright: ignore[reportUnknownMemberType]
+            shaped["_meta"] = {**meta, mcp_types.SERVER_INFO_META_KEY: dict(server_info)}
+    return dump_json({"jsonrpc": "2.0", "id": request_id, "result": shaped})
+
+
+def keys_within(meta: object, allowed: frozenset[str]) -> bool:
     return isinstance(meta, dict) and set(cast("dict[str, Any]", meta)).issubset(allowed)
 
 
-def _trace_context(meta: object) -> dict[str, str]:
+def trace_context(meta: object) -> dict[str, str]:
     """The string ``traceparent``/``tracestate`` of a call's ``_meta`` (others ignored)."""
     if not isinstance(meta, dict):
         return {}
@@ -344,26 +357,28 @@ def _trace_context(meta: object) -> dict[str, str]:
     }
 
 
-def _json_object(line: bytes) -> dict[str, Any] | None:
+def json_object(line: bytes) -> dict[str, Any] | None:
+    """The JSON object ``line`` is (None for anything else). Parsed as the SDK parses
+    messages: a lone surrogate (``"\\ud800"``) is not valid text, and could not be answered."""
     try:
-        value = json.loads(line)
+        value: object = pydantic_core.from_json(line)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None  # pyright: ignore[reportUnknownVariableType]
 
 
-def _request_id(message: Mapping[str, Any]) -> RequestId | None:
+def request_id_of(message: Mapping[str, Any]) -> RequestId | None:
     value = message.get("id")
     if isinstance(value, bool) or not isinstance(value, int | str):
         return None
     return value
 
 
-def _dump(message: dict[str, Any]) -> bytes:
+def dump_json(message: dict[str, Any]) -> bytes:
     return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def _declares_elicitation(holder: object, key: str) -> bool:
+def declares_elicitation(holder: object, key: str) -> bool:
     """Whether ``holder[key]`` is a client-capabilities object declaring elicitation."""
     if not isinstance(holder, dict):
         return False

@@ -37,11 +37,11 @@ from starlette.routing import Route
 
 from pml import __version__
 from pml.config import Settings
+from pml.gateway.http_lane_app import mcp_app
 from pml.gateway.notify import ToolListNotifier
 from pml.gateway.readiness import readiness
 from pml.gateway.reload import ReloadSource, reloading
 from pml.gateway.server import Gateway, open_gateway
-from pml.gateway.shared_sessions import shared_sessions_app
 from pml.registry.scope import Principal
 from pml.storage.catalog_repo import CatalogStore
 from pml.telemetry import tracing
@@ -121,9 +121,11 @@ def create_app(
     *,
     authenticate: Authenticate | None = None,
     host: str = "127.0.0.1",
+    fast_lane: bool = True,
 ) -> Starlette:
     """The HTTP app: ``/mcp``, ``/health``, ``/ready``, ``/metrics``, the REST API and the
-    dashboard, behind API keys (``ApiKeys``)."""
+    dashboard, behind API keys (``ApiKeys``); ``fast_lane=False`` sends every MCP request
+    the SDK's way (``pml.gateway.http_lane``)."""
     if authenticate is None:
         from pml.gateway.keys import ApiKeys
 
@@ -145,8 +147,15 @@ def create_app(
         Route("/ready", ready, methods=["GET"]),
         metrics_route(process_metrics(), scraped),
     ]
-    app = shared_sessions_app(
-        gateway.server, db=gateway.db, notifier=gateway.server.notifier, host=host, routes=routes
+    app = mcp_app(
+        gateway.server,
+        db=gateway.db,
+        notifier=gateway.server.notifier,
+        # The HTTP lane answers plain tool calls; with traces exported, the SDK's server
+        # spans (and _meta trace context) are wanted, so every call takes the SDK's path.
+        tools=gateway.tools if fast_lane and not tracing.active() else None,
+        host=host,
+        routes=routes,
     )
     services = web_services_of(gateway)
     app.router.routes.extend(web_routes(services, authenticate=as_key_check(authenticate)))
@@ -274,10 +283,11 @@ async def running_http(
     port: int = 0,
     *,
     authenticate: Authenticate | None = None,
+    fast_lane: bool = True,
 ) -> AsyncGenerator[str]:
     """Serve ``gateway`` in the background; yields the base URL (``port=0``: a free port)."""
     with contextlib.closing(listen_socket(host, port)) as sock:
-        app = create_app(gateway, authenticate=authenticate, host=host)
+        app = create_app(gateway, authenticate=authenticate, host=host, fast_lane=fast_lane)
         async with _serving(app, sock, gateway.server.notifier):
             yield base_url(sock)
 

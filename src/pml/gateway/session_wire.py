@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, cast
 
 import anyio
+import mcp_types
 from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
@@ -43,6 +44,7 @@ from mcp_types import JSONRPCError, JSONRPCResponse, RequestId
 from pydantic import ValidationError
 
 from pml.gateway.notify import Context
+from pml.storage.session_repo import SessionRecord
 
 logger = logging.getLogger(__name__)
 
@@ -254,3 +256,12 @@ def stream_context(connection: Connection, lifespan_state: Any) -> Context:
         protocol_version=connection.protocol_version,
         method="notifications/stream",
     )
+
+
+def resume_handshake(connection: Connection, record: SessionRecord) -> None:
+    """Make ``connection`` what the client's recorded handshake made it on another replica."""
+    connection.client_params = mcp_types.InitializeRequestParams.model_validate(
+        record.client, by_name=False
+    )
+    connection.protocol_version = record.protocol_version
+    connection.initialized.set()

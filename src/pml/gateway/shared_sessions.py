@@ -1,8 +1,7 @@
 """2025-11-25 MCP sessions that every replica serves: no load-balancer stickiness needed.
 
     manager = SharedSessionManager(server, db=db, notifier=notifier, security_settings=None)
-    app = Starlette(routes=[Route("/mcp", StreamableHTTPASGIApp(manager))],
-                    lifespan=lambda _app: manager.run())
+    app = mcp_app(server, db=db, notifier=notifier, tools=tools)   # pml.gateway.http_lane_app
 
 The SDK keeps a session in the memory of the process that opened it; behind a round-robin
 load balancer the next request of that session reaches another replica, which answers 404.
@@ -31,7 +30,7 @@ import contextlib
 import hmac
 import json
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Generator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final
@@ -42,13 +41,10 @@ from anyio.abc import TaskStatus
 from mcp.server.connection import Connection
 from mcp.server.runner import serve_connection
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
-from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.responses import Response
-from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from pml.errors import InvalidInput, LimitExceeded, PmlError
@@ -71,6 +67,7 @@ from pml.gateway.session_wire import (
     new_tag,
     owner_hash,
     reply_of,
+    resume_handshake,
     session_hash,
     stream_context,
     tag_of,
@@ -97,6 +94,7 @@ class _Held:
     adopted: SessionRecord | None = None
     streams: int = 0
     refused: bool = False  # its initialize was answered with an error: not a session
+    tracked: bool = False  # told to the notifier by a request the HTTP lane answered
 
 
 class SharedSessionManager(StreamableHTTPSessionManager):
@@ -271,7 +269,7 @@ class SharedSessionManager(StreamableHTTPSessionManager):
             )
             connection = Connection.for_loop(dispatcher, session_id=session_id)
             if held.adopted is not None:
-                _resume_handshake(connection, held.adopted)
+                resume_handshake(connection, held.adopted)
             dispatcher.connection = held.connection = connection
             held.dispatcher = dispatcher
             task_status.started()
@@ -311,6 +309,42 @@ class SharedSessionManager(StreamableHTTPSessionManager):
             logger.warning("MCP session not recorded: %s", error)
             raise MCPError(mcp_types.INTERNAL_ERROR, NOT_RECORDED) from None
         held.refused = False
+
+    @contextlib.contextmanager
+    def lane_session(
+        self, session_id: str, requestor: Requestor, caller: CallerScope
+    ) -> Generator[Connection | None]:
+        """The connection of a session held here, initialised and ``requestor``'s, for a
+        request the HTTP lane answers itself (None: the SDK's path decides, as for a session
+        held elsewhere). The session counts as used, and as a caller's, while the block runs."""
+        transport = self._server_instances.get(session_id)
+        held = self._held.get(session_id)
+        connection = held.connection if held is not None else None
+        if (
+            transport is None
+            or held is None
+            or connection is None
+            or transport.is_terminated
+            or not connection.initialize_accepted
+            or requestor != self._session_owners.get(session_id)
+        ):
+            yield None
+            return
+        if not held.tracked:  # what the SDK's handler does for a call (tools/list_changed)
+            self._notifier.track(stream_context(connection, self._lifespan_state), caller)
+            held.tracked = True
+        self._link.used(held.hash)
+        self._keep_alive(transport)
+        try:
+            yield connection
+        finally:
+            self._keep_alive(transport)
+
+    def _keep_alive(self, transport: StreamableHTTPServerTransport) -> None:
+        """Push the session's idle deadline to a full timeout from now (never earlier)."""
+        idle, timeout = transport.idle_scope, self.session_idle_timeout
+        if idle is not None and timeout is not None:
+            idle.deadline = max(idle.deadline, anyio.current_time() + timeout)
 
     def _hold(self, session_id: str, held: _Held) -> None:
         self._held[session_id] = held
@@ -361,37 +395,3 @@ class SharedSessionManager(StreamableHTTPSessionManager):
 
     def _streaming(self) -> set[str]:
         return {held.hash for held in self._held.values() if held.streams}
-
-
-def _resume_handshake(connection: Connection, record: SessionRecord) -> None:
-    """Make ``connection`` what the client's recorded handshake made it on another replica."""
-    connection.client_params = mcp_types.InitializeRequestParams.model_validate(
-        record.client, by_name=False
-    )
-    connection.protocol_version = record.protocol_version
-    connection.initialized.set()
-
-
-def shared_sessions_app(
-    server: Any,
-    *,
-    db: Database,
-    notifier: ToolListNotifier,
-    host: str = "127.0.0.1",
-    routes: list[Route] | None = None,
-) -> Starlette:
-    """``server.streamable_http_app(host=..., custom_starlette_routes=...)``, its sessions
-    shared through ``db`` (the same DNS-rebinding protection on a loopback ``host``)."""
-    security = None
-    if host in ("127.0.0.1", "localhost", "::1"):
-        security = TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
-        )
-    manager = SharedSessionManager(server, db=db, notifier=notifier, security_settings=security)
-    endpoint = StreamableHTTPASGIApp(manager)
-    return Starlette(
-        routes=[Route("/mcp", endpoint=endpoint), *(routes or [])],
-        lifespan=lambda _app: manager.run(),
-    )
