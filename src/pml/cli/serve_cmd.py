@@ -32,6 +32,7 @@ from pml.errors import ConfigError, InvalidInput
 
 if TYPE_CHECKING:
     from pml.config import Settings
+    from pml.gateway.early_stdio import EarlyAnswers
     from pml.gateway.reload import ReloadSource
 
 _HOST_PORT = re.compile(
@@ -80,6 +81,11 @@ def register(app: typer.Typer) -> None:
         debug_routing: DebugRoutingOption = False,
     ) -> None:
         """Run the gateway: stdio for one agent, or HTTP for a shared deployment."""
+        early = None
+        if http is None:  # the client's opening request is answered while PML starts
+            from pml.gateway.early_stdio import EarlyAnswers
+
+            early = EarlyAnswers.start()
 
         async def body() -> None:
             from pml.telemetry.setup import telemetry_running
@@ -95,7 +101,7 @@ def register(app: typer.Typer) -> None:
                 telemetry_running(settings, os.environ),
                 _reloads(found, debug_routing, address) as reload,
             ):
-                await _serve(settings, address, reload)
+                await _serve(settings, address, reload, early)
 
         try:
             run_command(body)
@@ -129,12 +135,15 @@ def _reloads(
 
 
 async def _serve(
-    settings: Settings, address: tuple[str, int] | None, reload: ReloadSource | None = None
+    settings: Settings,
+    address: tuple[str, int] | None,
+    reload: ReloadSource | None = None,
+    early: EarlyAnswers | None = None,
 ) -> None:
     if address is None:
         from pml.gateway.serve_stdio import serve_stdio
 
-        await serve_stdio(settings, llm_api_key=llm_key(settings), reload=reload)
+        await serve_stdio(settings, llm_api_key=llm_key(settings), reload=reload, early=early)
         return
     from pml.gateway.http import serve_http
 

@@ -14,6 +14,7 @@ import anyio
 from mcp.server.stdio import stdio_server
 
 from pml.config import Settings
+from pml.gateway.early_stdio import EarlyAnswers, HandedOver
 from pml.gateway.fast_lane import ToolCallLane
 from pml.gateway.reload import ReloadSource, reloading
 from pml.gateway.server import Gateway, open_gateway
@@ -32,9 +33,11 @@ async def serve_stdio(
     pool: UpstreamPool | None = None,
     llm_api_key: str | None = None,
     reload: ReloadSource | None = None,
+    early: EarlyAnswers | None = None,
 ) -> None:
     """Serve over this process's stdin/stdout until the client leaves or SIGTERM/SIGINT;
-    with ``reload``, its requests (SIGHUP) reload the config meanwhile.
+    with ``reload``, its requests (SIGHUP) reload the config meanwhile; ``early``: the
+    thread that answered the opening request while this process started (``early_stdio``).
 
     Pipes (what MCP clients give) are served on the event loop with the pass-through fast
     lane; a terminal or a file falls back to the SDK's threaded stdio transport. On a signal
@@ -42,7 +45,8 @@ async def serve_stdio(
     database closed); then the process ends by that signal.
     """
     # stdout is claimed first: whatever start-up prints (migrations, children) goes to stderr.
-    async with claim_stdio() as pipes:
+    handed = early.handover() if early is not None else HandedOver()
+    async with claim_stdio(pending=handed.pending) as pipes:
         if pipes is not None:
 
             async def on_pipes(gateway: Gateway) -> None:
@@ -53,7 +57,7 @@ async def serve_stdio(
                     write=pipes.write_line,
                     session_tracked=lambda: bool(gateway.server.notifier.scopes()),
                 )
-                await serve_on_pipes(gateway.server, pipes, lane=lane)
+                await serve_on_pipes(gateway.server, pipes, lane=lane, answered=handed.answered)
 
             await _serve_until_stopped(settings, pool, on_pipes, llm_api_key, reload)
             return

@@ -24,8 +24,7 @@ import fcntl
 import json
 import logging
 import os
-import stat
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Collection
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -36,6 +35,8 @@ import mcp_types
 from mcp.server import Server
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
+
+from pml.gateway.early_stdio import is_pipe
 
 logger = logging.getLogger(__name__)
 
@@ -68,18 +69,13 @@ class Pipes:
         self.writer.write(data + b"\n")
 
 
-def _is_pipe(fd: int) -> bool:
-    try:
-        mode = os.fstat(fd).st_mode
-    except OSError:
-        return False
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
-
-
 @asynccontextmanager
-async def claim_stdio(stdin_fd: int = 0, stdout_fd: int = 1) -> AsyncGenerator[Pipes | None]:
-    """Own the two descriptors for the protocol while the block runs (``None``: not pipes)."""
-    if not (_is_pipe(stdin_fd) and _is_pipe(stdout_fd)):
+async def claim_stdio(
+    stdin_fd: int = 0, stdout_fd: int = 1, *, pending: bytes = b""
+) -> AsyncGenerator[Pipes | None]:
+    """Own the two descriptors for the protocol while the block runs (``None``: not pipes);
+    ``pending``: bytes already read from stdin (``early_stdio``), read first."""
+    if not (is_pipe(stdin_fd) and is_pipe(stdout_fd)):
         yield None
         return
     wire_in = fcntl.fcntl(stdin_fd, fcntl.F_DUPFD_CLOEXEC, 3)
@@ -87,7 +83,7 @@ async def claim_stdio(stdin_fd: int = 0, stdout_fd: int = 1) -> AsyncGenerator[P
     _divert(stdin_fd, os.open(os.devnull, os.O_RDONLY))
     _divert(stdout_fd, os.dup(2))
     try:
-        async with open_pipes(wire_in, wire_out) as pipes:
+        async with open_pipes(wire_in, wire_out, pending=pending) as pipes:
             yield pipes
     finally:
         for fd, wire in ((stdin_fd, wire_in), (stdout_fd, wire_out)):
@@ -106,10 +102,13 @@ def _divert(fd: int, target: int) -> None:
 
 
 @asynccontextmanager
-async def open_pipes(read_fd: int, write_fd: int) -> AsyncGenerator[Pipes]:
-    """Asyncio streams over two pipe descriptors (duplicated: the caller keeps its own)."""
+async def open_pipes(read_fd: int, write_fd: int, *, pending: bytes = b"") -> AsyncGenerator[Pipes]:
+    """Asyncio streams over two pipe descriptors (duplicated: the caller keeps its own);
+    ``pending`` is read before what the read descriptor gives."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
+    if pending:
+        reader.feed_data(pending)
     read_file = os.fdopen(os.dup(read_fd), "rb", buffering=0)
     write_file = os.fdopen(os.dup(write_fd), "wb", buffering=0)
     read_transport, _ = await loop.connect_read_pipe(
@@ -133,8 +132,12 @@ async def serve_on_pipes(
     pipes: Pipes,
     *,
     lane: Lane | None = None,
+    answered: Collection[int | str] = (),
 ) -> None:
-    """Run ``server`` on ``pipes`` until the client closes stdin (or the caller cancels)."""
+    """Run ``server`` on ``pipes`` until the client closes stdin (or the caller cancels);
+    ``answered``: ids of requests already answered (``early_stdio``), whose answer from the
+    server is dropped once."""
+    already = set(answered)
     to_server, server_reads = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     server_writes, from_server = anyio.create_memory_object_stream[SessionMessage](0)
 
@@ -164,6 +167,9 @@ async def serve_on_pipes(
                 message = outgoing.message
                 if lane is not None:
                     lane.sent(message)
+                if already and _answer_id(message) in already:
+                    already.discard(_answer_id(message))
+                    continue
                 pipes.write_line(
                     message.model_dump_json(by_alias=True, exclude_unset=True).encode()
                 )
@@ -174,6 +180,11 @@ async def serve_on_pipes(
         tasks.start_soon(read_lines, tasks)
         await server.run(server_reads, server_writes, server.create_initialization_options())
         tasks.cancel_scope.cancel()
+
+
+def _answer_id(message: mcp_types.JSONRPCMessage) -> object:
+    is_answer = isinstance(message, mcp_types.JSONRPCResponse | mcp_types.JSONRPCError)
+    return message.id if is_answer else None
 
 
 class _Overlong(ValueError):
