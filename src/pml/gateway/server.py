@@ -30,6 +30,7 @@ from pml.errors import InvalidInput, PmlError, Unauthorized
 from pml.execution.clients import ClientCaller, calling_as, client_from_headers
 from pml.gateway.approval_edge import ApprovalEdge
 from pml.gateway.capability_tools import CapabilityToolCatalog
+from pml.gateway.early_stdio import INSTRUCTIONS  # also the early answer's (early_stdio.py)
 from pml.gateway.handlers import service_handlers
 from pml.gateway.notify import Context, ToolListNotifier
 from pml.gateway.policy_services import PolicyServices, open_policy
@@ -63,13 +64,6 @@ if TYPE_CHECKING:
     from pml.execution.trace_ingest import TraceIngest
 
 logger = logging.getLogger(__name__)
-
-INSTRUCTIONS = (
-    "PML is a gateway to many MCP servers that learns reusable capabilities. Use pml_discover "
-    "to find tools and capabilities for an intent, pml_execute to run a Python snippet that "
-    "calls them (successful snippets become capabilities) or a capability by name, and the "
-    "cap_* tools to list, look up, rename and curate capabilities."
-)
 
 
 class GatewayServer(Server[dict[str, Any]]):
