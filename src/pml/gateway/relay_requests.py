@@ -268,7 +268,9 @@ class RelayedRequests:
         connected = self.clients.latest()
         if not connected:
             raise Refused(
-                f"no client is connected to relay {request.method} from '{server}' to", "no_client"
+                f"no client PML can send {request.method} to is connected (a 2026-07-28 "
+                "client is asked within its own call, when it declared the capability)",
+                "no_client",
             )
         if len({scope for _, scope in connected}) > 1:
             raise Refused(
