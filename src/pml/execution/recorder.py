@@ -58,6 +58,7 @@ class UsageRecorder:
         self._usage: dict[str, _Usage] = {}
         self._traces: list[TraceRow] = []
         self._calls: list[ToolUsageRow] = []
+        self._writing = 0  # rows of the flush in progress (still pending until committed)
         self._wake = anyio.Event()
         self._write_lock = anyio.Lock()
         self._tasks: anyio.abc.TaskGroup | None = None
@@ -123,8 +124,9 @@ class UsageRecorder:
 
     @property
     def pending(self) -> int:
-        """How many runs, traces and tool calls wait to be written."""
-        return sum(u.runs for u in self._usage.values()) + len(self._traces) + len(self._calls)
+        """How many runs, traces and tool calls wait to be written (or are being written)."""
+        queued = sum(u.runs for u in self._usage.values()) + len(self._traces) + len(self._calls)
+        return queued + self._writing
 
     async def flush(self) -> None:
         """Write everything queued now (one transaction); on failure keep it for later."""
@@ -134,6 +136,7 @@ class UsageRecorder:
             calls, self._calls = self._calls, []
             if not usage and not traces and not calls:
                 return
+            self._writing = sum(u.runs for u in usage.values()) + len(traces) + len(calls)
             try:
                 async with self._db.transaction() as conn:
                     repo = SqlCapabilityRepository(conn)
@@ -150,6 +153,8 @@ class UsageRecorder:
             except (PmlError, SQLAlchemyError) as error:
                 logger.warning("usage and traces not written yet (will retry): %s", error)
                 self._requeue(usage, traces, calls)
+            finally:
+                self._writing = 0
 
     def _requeue(
         self, usage: dict[str, _Usage], traces: list[TraceRow], calls: list[ToolUsageRow]
