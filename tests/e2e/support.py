@@ -189,6 +189,9 @@ def reference_servers(deps: NpmDeps, workdir: Path) -> dict[str, Upstream]:
     return {server.name: server for server in servers}
 
 
+LIST_WAIT_S = 60.0
+
+
 def sqlite_url(workdir: Path) -> str:
     return f"sqlite:///{workdir / 'pml.db'}"
 
@@ -204,7 +207,7 @@ def write_config(
     upstream: Mapping[str, float] | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> Path:
-    """A ``pml.toml`` naming ``servers``, on its own database (``upstream``: pool timeouts;
+    """A ``pml.toml`` naming ``servers``, on its own database (``upstream``: pool settings;
     ``extra``: more top-level tables, e.g. ``permissions``)."""
     data: dict[str, Any] = {
         "database_url": database_url,
@@ -212,8 +215,9 @@ def write_config(
         "scope": {"org": org, "project": project, "user": "e2e"},
         "servers": {server.name: server.config() for server in servers},
     }
-    if upstream:
-        data["upstream"] = dict(upstream)
+    # Listings wait for every server that starts (the default window, 2 s, is a choice
+    # for agents; a loaded test machine may start a server more slowly).
+    data["upstream"] = {"list_wait_s": LIST_WAIT_S, **(upstream or {})}
     data.update(extra or {})
     path.write_text(tomli_w.dumps(data))
     return path
