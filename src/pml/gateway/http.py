@@ -37,6 +37,7 @@ from starlette.routing import Route
 
 from pml import __version__
 from pml.config import Settings
+from pml.gateway.control import answering_status
 from pml.gateway.http_lane_app import mcp_app
 from pml.gateway.notify import ToolListNotifier
 from pml.gateway.readiness import readiness
@@ -310,10 +311,11 @@ async def serve_http(
     ``ready(base_url)`` is called once requests are served.
     """
     announce = reload.announce if reload is not None else contextlib.nullcontext
-    with contextlib.closing(listen_socket(host, port)) as sock, announce():
+    with contextlib.closing(listen_socket(host, port)) as sock, announce() as announcement:
         async with (
             open_gateway(settings, pool=pool, llm_api_key=llm_api_key) as gateway,
             reloading(gateway, reload),
+            answering_status(announcement, gateway),  # pml status asks it (control.py)
         ):
             app = create_app(gateway, authenticate=authenticate, host=host)
             async with _serving(app, sock, gateway.server.notifier) as server:

@@ -14,6 +14,7 @@ import anyio
 from mcp.server.stdio import stdio_server
 
 from pml.config import Settings
+from pml.gateway.control import answering_status
 from pml.gateway.early_stdio import EarlyAnswers, HandedOver
 from pml.gateway.fast_lane import ToolCallLane
 from pml.gateway.reload import ReloadSource, reloading
@@ -81,10 +82,11 @@ async def _serve_until_stopped(
     received: list[int] = []
     serving = anyio.CancelScope()  # a signal cancels the serving, never the orderly stop
     announce = reload.announce if reload is not None else nullcontext
-    with signals_stop_children(received, serving), announce():
+    with signals_stop_children(received, serving), announce() as announcement:
         async with (
             open_gateway(settings, pool=pool, llm_api_key=llm_api_key) as gateway,
             reloading(gateway, reload),
+            answering_status(announcement, gateway),  # pml status asks it (control.py)
         ):
             with serving:
                 await serve(gateway)
