@@ -27,6 +27,7 @@ import os
 import select
 import stat
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
@@ -140,12 +141,14 @@ class HandedOver:
 
     pending: bytes = b""
     answered: set[int | str] = field(default_factory=set[int | str])
+    started_at: float | None = None  # when the process began serving (monotonic clock)
 
 
 class EarlyAnswers:
     """The thread answering the opening request before the gateway serves (see module)."""
 
     def __init__(self, read_fd: int, write_fd: int) -> None:
+        self.started_at = time.monotonic()  # anyio.current_time()'s clock on asyncio
         self._read_fd = read_fd
         self._write_fd = write_fd
         self._buffer = bytearray()
@@ -167,7 +170,7 @@ class EarlyAnswers:
         """Stop reading; what was read (unanswered or not) and the ids answered."""
         self._stop.set()
         self._thread.join()
-        return HandedOver(bytes(self._buffer), set(self._answered))
+        return HandedOver(bytes(self._buffer), set(self._answered), self.started_at)
 
     def _run(self) -> None:
         try:

@@ -60,7 +60,9 @@ async def serve_stdio(
                 )
                 await serve_on_pipes(gateway.server, pipes, lane=lane, answered=handed.answered)
 
-            await _serve_until_stopped(settings, pool, on_pipes, llm_api_key, reload)
+            await _serve_until_stopped(
+                settings, pool, on_pipes, llm_api_key, reload, handed.started_at
+            )
             return
     async with stdio_server() as (read, write):
 
@@ -69,7 +71,9 @@ async def serve_stdio(
             await server.run(read, write, server.create_initialization_options())
 
         # Ends by the signal (if any) inside: leaving stdio_server waits for its stdin reader.
-        await _serve_until_stopped(settings, pool, on_sdk_streams, llm_api_key, reload)
+        await _serve_until_stopped(
+            settings, pool, on_sdk_streams, llm_api_key, reload, handed.started_at
+        )
 
 
 async def _serve_until_stopped(
@@ -78,13 +82,16 @@ async def _serve_until_stopped(
     serve: Callable[[Gateway], Awaitable[None]],
     llm_api_key: str | None,
     reload: ReloadSource | None = None,
+    started_at: float | None = None,
 ) -> None:
     received: list[int] = []
     serving = anyio.CancelScope()  # a signal cancels the serving, never the orderly stop
     announce = reload.announce if reload is not None else nullcontext
     with signals_stop_children(received, serving), announce() as announcement:
         async with (
-            open_gateway(settings, pool=pool, llm_api_key=llm_api_key) as gateway,
+            open_gateway(
+                settings, pool=pool, llm_api_key=llm_api_key, started_at=started_at
+            ) as gateway,
             reloading(gateway, reload),
             answering_status(announcement, gateway),  # pml status asks it (control.py)
         ):

@@ -219,12 +219,18 @@ class Gateway:
 
 @asynccontextmanager
 async def open_gateway(
-    settings: Settings, *, pool: UpstreamPool | None = None, llm_api_key: str | None = None
+    settings: Settings,
+    *,
+    pool: UpstreamPool | None = None,
+    llm_api_key: str | None = None,
+    started_at: float | None = None,
 ) -> AsyncGenerator[Gateway]:
     """Open the database, the registry and the pool; on exit stop the pool, close the db.
 
     ``llm_api_key`` is the key of the ``[llm]`` endpoint, read by the entry point from the
-    variable ``llm.api_key_env`` names (core code never reads the environment)."""
+    variable ``llm.api_key_env`` names (core code never reads the environment).
+    ``started_at``: when the process began (``anyio.current_time()`` clock): listings wait
+    for starting servers until ``list_wait_s`` after it (default: from now)."""
     db = await Database.open(settings.database_url)
     try:
         registry = CapabilityRegistry(db, routing=routing_rules(settings))
@@ -233,7 +239,7 @@ async def open_gateway(
         upstream.set_events(relay)  # before the sessions open: they declare its callbacks
         try:
             await upstream.start(wait=False)  # initialize never waits for upstream servers
-            window = StartWindow(upstream, settings.upstream.list_wait_s)
+            window = StartWindow(upstream, settings.upstream.list_wait_s, opened_at=started_at)
             surface = GatewaySurface(upstream, list_wait=window.wait)
             relay.add_sink(surface)  # prompt/resource list changes, updates, log messages
             upstream.on_tools_changed(surface.server_changed)

@@ -6,7 +6,7 @@ in the first ``[upstream] list_wait_s`` seconds waits for servers still starting
 window closes; later, it answers with what has started, and servers that join afterwards
 arrive with ``notifications/tools/list_changed``.
 
-    window = StartWindow(pool, wait_s=2.0)    # opened when the pool starts
+    window = StartWindow(pool, wait_s=2.0)    # opened now, or at opened_at (process start)
     await window.wait()                       # returns at once once the window has closed
     tools = await window.list_tools()         # waits, then lists
 """
@@ -28,11 +28,12 @@ class StartWindow:
         pool: UpstreamPool,
         wait_s: float,
         *,
+        opened_at: float | None = None,
         clock: Callable[[], float] = anyio.current_time,
     ) -> None:
         self._pool = pool
         self._clock = clock
-        self._closes_at = clock() + max(0.0, wait_s)
+        self._closes_at = (clock() if opened_at is None else opened_at) + max(0.0, wait_s)
         self._closed = wait_s <= 0
 
     async def wait(self) -> None:
