@@ -40,7 +40,7 @@ pytestmark = pytest.mark.anyio
 MODES = ["legacy", "auto"]
 WAIT_S = 60.0
 ALLOW = {"permissions": {"allow": ["*:*"]}}
-ROOT = mcp_types.Root(uri="file:///work/project", name="project")
+ROOT = mcp_types.Root.model_validate({"uri": "file:///work/project", "name": "project"})
 
 # A stdio server whose ``hold`` tool waits until cancelled, then writes a marker file.
 RECORDER = """
@@ -169,7 +169,7 @@ async def http_gateway(
 async def _wait_for_tool(client: Client, name: str) -> None:
     """server-everything registers its capability-dependent tools after initialisation."""
     with anyio.fail_after(WAIT_S):
-        while name not in {tool.name for tool in (await client.list_tools()).tools}:
+        while name not in {tool.name for tool in (await client.list_tools()).tools}:  # noqa: ASYNC110 - tools/list_changed may come before we listen
             await anyio.sleep(0.2)
 
 
@@ -261,10 +261,10 @@ async def test_a_cancelled_pass_through_call_is_cancelled_upstream(
         with anyio.fail_after(WAIT_S):
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(client.call_tool, "recorder__hold", {})
-                while not Path(f"{mark}.started").exists():
+                while not await anyio.Path(f"{mark}.started").exists():  # noqa: ASYNC110 - another process's file
                     await anyio.sleep(0.05)
                 tasks.cancel_scope.cancel()  # the SDK client sends notifications/cancelled
-            while not mark.exists():
+            while not await anyio.Path(mark).exists():  # noqa: ASYNC110 - another process's file
                 await anyio.sleep(0.05)
     assert mark.exists()
 

@@ -3,6 +3,8 @@
     asker = Asker()
     pool = ClientPool({"asker": asker.server})
 
+    async with relay_gateway(sqlite_url, asker, approval_wait_s=1) as gateway: ...
+
 Tools: ``slow`` (``steps`` progress notifications, then waits for ``release`` unless
 ``wait`` is false; records a cancellation), ``sample`` / ``elicit`` / ``roots`` (ask the
 client, answer what it said, or the error it got). Spoken to in 2026-07-28 (the pool's
@@ -13,6 +15,8 @@ requests in the middle of the call.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -20,6 +24,10 @@ import mcp_types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from pml.config import PermissionsSettings, ScopeSettings, Settings
+from pml.gateway.server import Gateway, open_gateway
+from pml.upstream.pool import ClientPool
 
 Ctx = ServerRequestContext[Any, Any]
 Question = mcp_types.CreateMessageRequest | mcp_types.ElicitRequest | mcp_types.ListRootsRequest
@@ -66,6 +74,15 @@ class Asker:
         args = params.arguments or {}
         if params.name == "slow":
             return await self._slow(ctx, int(args.get("steps", 3)), bool(args.get("wait", False)))
+        try:
+            return await self._ask(ctx, params, args)
+        except anyio.get_cancelled_exc_class():
+            self.cancelled.set()
+            raise
+
+    async def _ask(
+        self, ctx: Ctx, params: mcp_types.CallToolRequestParams, args: dict[str, Any]
+    ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
         question: Question
         if params.name == "sample":
             message = mcp_types.SamplingMessage(
@@ -112,6 +129,21 @@ class Asker:
             self.cancelled.set()
             raise
         return _text({"done": steps})
+
+
+@asynccontextmanager
+async def relay_gateway(
+    database_url: str, asker: Asker, **permissions: Any
+) -> AsyncGenerator[Gateway]:
+    """A gateway passing ``asker``'s tools through as ``asker__*`` (every tool allowed)."""
+    settings = Settings(
+        database_url=database_url,
+        expose_upstream=True,
+        scope=ScopeSettings(org="acme", project="webapp", user="erwan"),
+        permissions=PermissionsSettings(allow=["*:*"], **permissions),
+    )
+    async with open_gateway(settings, pool=ClientPool({"asker": asker.server})) as gateway:
+        yield gateway
 
 
 def _answer_type(question: Question) -> type[Any]:

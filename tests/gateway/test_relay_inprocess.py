@@ -17,24 +17,13 @@ import pytest
 from mcp import Client
 from mcp.client.session import ClientRequestContext
 
-from gateway.relay_upstream import Asker
+from gateway.relay_upstream import Asker, relay_gateway
 from gateway.upstreams import MODES
-from pml.config import PermissionsSettings, ScopeSettings, Settings
-from pml.gateway.server import Gateway, open_gateway
-from pml.upstream.pool import ClientPool
+from pml.gateway.server import Gateway
 
 pytestmark = pytest.mark.anyio
 
 WAIT_S = 10.0
-
-
-def _settings(database_url: str, **permissions: Any) -> Settings:
-    return Settings(
-        database_url=database_url,
-        expose_upstream=True,
-        scope=ScopeSettings(org="acme", project="webapp", user="erwan"),
-        permissions=PermissionsSettings(allow=["*:*"], **permissions),
-    )
 
 
 @pytest.fixture
@@ -44,8 +33,7 @@ def asker() -> Asker:
 
 @pytest.fixture
 async def gateway(sqlite_url: str, asker: Asker) -> AsyncGenerator[Gateway]:
-    pool = ClientPool({"asker": asker.server})
-    async with open_gateway(_settings(sqlite_url), pool=pool) as opened:
+    async with relay_gateway(sqlite_url, asker) as opened:
         yield opened
 
 

@@ -15,9 +15,11 @@ retry is answered with the call's result, or with the next round:
 
 Only the SHA-256 of each round's nonce is kept, with a digest of the call (tool name and
 arguments) and the caller's scope, so an answer is taken once, for that call, from that
-caller. A park lives while its call runs, and at most ``wait_s`` after its last round;
+caller. A park lives while its call runs, and at most ``wait_s`` (5 s at least) after it;
 at most ``MAX_PARKED`` calls wait at once. A client that cancels a round cancels the call
-(and the SDK cancels the upstream request).
+(and the SDK cancels the upstream request); a client that gives up between rounds (its
+callback failed, it went away) cannot tell the gateway, so its call is given up when its
+question was not answered within ``wait_s``.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ logger = logging.getLogger(__name__)
 STATE_PREFIX: Final = "pml-relay."
 MAX_PARKED: Final = 64
 MAX_ROUND_INPUTS: Final = 16
+KEEP_RESULT_S: Final = 5.0  # at least this long, a finished call waits for its client's retry
 
 CallNext = Callable[[Context], Awaitable[HandlerResult]]
 _INVALID = InvalidInput("Invalid or expired answer to a relayed request", field="requestState")
@@ -162,6 +165,11 @@ class Parking:
         self._wait_s = wait_s
         self._parks: dict[str, Park] = {}
 
+    @property
+    def waiting(self) -> int:
+        """How many calls are parked now."""
+        return len(self._parks)
+
     async def start(self, ctx: Context, call: ClientCall, call_next: CallNext) -> HandlerResult:
         """Run a new call in the background; answer with its result or its first round."""
         if len(self._parks) >= MAX_PARKED:  # too many waiting: run it in place, unrelayed
@@ -206,7 +214,8 @@ class Parking:
         if park.cancel.cancelled_caught:
             failure = MCPError(mcp_types.INTERNAL_ERROR, "The call was cancelled")
         park.finish(result, failure)
-        with anyio.move_on_after(park.wait_s):  # the client's retry collects it, or nobody
+        # The client's retry collects the answer (its person may still be answering), or nobody.
+        with anyio.move_on_after(max(park.wait_s, KEEP_RESULT_S)):
             await park.collected.wait()
         self._parks.pop(park.ident, None)
 
