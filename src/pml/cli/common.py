@@ -7,7 +7,6 @@ never a traceback.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
@@ -72,6 +71,8 @@ def fail(error: PmlError, *, as_json: bool) -> typer.Exit:
 
 def run_command(body: Callable[[], Awaitable[T]], *, as_json: bool = False) -> T:
     """Run an async command body; ``PmlError`` becomes a one-line error and exit 1."""
+    import asyncio  # here: ``pml --help`` and ``pml reload`` never need an event loop
+
     try:
         return asyncio.run(_call(body))
     except PmlError as error:
