@@ -14,6 +14,7 @@ import difflib
 import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, cast
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 import mcp_types
@@ -123,9 +124,28 @@ def describe_error(error: BaseException, target: UpstreamTarget) -> str:
             return "the server closed the connection while starting"
         return f"the server answered with an error: {error.message}"
     if isinstance(error, httpx2.HTTPError):
-        url = None if isinstance(target, Server) else target.url
-        return f"cannot reach {url}: {error or type(error).__name__}"
+        url = "" if isinstance(target, Server) else target.url or ""
+        shown, reason = shown_url(url), str(error) or type(error).__name__
+        return f"cannot reach {shown}: {reason.replace(url, shown) if url else reason}"
     return f"{type(error).__name__}: {error}"
+
+
+def shown_url(url: str) -> str:
+    """``url`` fit for logs and status: no user info, query or fragment (a ``${TOKEN}``
+    expanded there must not be written anywhere).
+
+    >>> shown_url("https://bot:s3cret@api.example.com:8443/mcp?token=abc#x")
+    'https://api.example.com:8443/mcp'
+    """
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:
+        port = ""
+    return urlunsplit((parts.scheme, host + port, parts.path, "", ""))
 
 
 def tool_elsewhere(
