@@ -49,9 +49,11 @@ class GatewaySurface:
     ) -> None:
         self._pool = pool
         self.auditor = auditor  # set before install(): reads and gets are audited
-        self.catalog = SurfaceCatalog(pool, list_wait=list_wait)
         self._notifier: ToolListNotifier | None = None
         self.subscriptions = ResourceSubscriptions(pool, publish=self._publish)
+        self.catalog = SurfaceCatalog(
+            pool, list_wait=list_wait, fetched=self.subscriptions.watch_lists
+        )
         self._logs: LogRelay | None = None
 
     @asynccontextmanager

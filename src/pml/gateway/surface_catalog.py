@@ -19,6 +19,7 @@ from typing import Final
 
 import anyio
 import mcp_types
+from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
@@ -52,8 +53,10 @@ class SurfaceCatalog:
         *,
         list_wait: Callable[[], Awaitable[None]] | None = None,
         timeout_s: float = LIST_TIMEOUT_S,
+        fetched: Callable[[str, Client], anyio.Event | None] | None = None,
     ) -> None:
         self._pool = pool
+        self._fetched = fetched  # told of each session a listing came from
         self._list_wait = list_wait
         self._timeout_s = timeout_s
         self._cache: dict[tuple[str, SurfaceKind], list[SurfaceItem]] = {}
@@ -110,12 +113,29 @@ class SurfaceCatalog:
             else:
                 with anyio.fail_after(self._timeout_s):
                     items = await fetch_listing(client, kind)
+            if self._fetched is not None:
+                self._fetched(server, client)
         self._cache[key] = items
         return items
 
+    async def watch_running(self) -> None:
+        """Hand every running server's session to ``fetched`` (a client listens for list
+        changes: make sure they are heard upstream)."""
+        if self._fetched is None:
+            return
+        for server in self.running():
+            try:
+                async with self._pool.session(server) as client:
+                    opened = self._fetched(server, client)
+                if opened is not None:
+                    with anyio.fail_after(self._timeout_s):
+                        await opened.wait()
+            except LISTING_ERRORS as error:
+                logger.info("upstream server %r: not watched: %s", server, error)
+
     async def prompt_target(self, name: str) -> tuple[str, str]:
         """``(server, prompt)`` of a listed ``server__prompt`` name, or ``UnknownTool``."""
-        _check_text(name, "name", MAX_NAME_CHARS)
+        _check_text(name, "prompt name", MAX_NAME_CHARS)
         configured = self.configured()
         found = split_name(name, configured)
         if found is None:
@@ -143,7 +163,7 @@ class SurfaceCatalog:
         """``(server, upstream URI)`` for a URI a client gave: a marked URI names its server;
         an upstream URI (from a tool result, say) goes to the one server that lists it, else
         the one whose template matches it, else the only server offering resources."""
-        _check_text(uri, "uri", MAX_URI_CHARS)
+        _check_text(uri, "resource URI", MAX_URI_CHARS)
         configured = self.configured()
         marked = unmark_uri(uri)
         if marked is not None and marked[0] in configured:
@@ -172,7 +192,7 @@ class SurfaceCatalog:
 
     async def template_target(self, uri_template: str) -> tuple[str, str]:
         """``(server, upstream template)`` of a listed template (completion requests)."""
-        _check_text(uri_template, "uri", MAX_URI_CHARS)
+        _check_text(uri_template, "resource template URI", MAX_URI_CHARS)
         marked = unmark_uri(uri_template)
         if marked is not None and marked[0] in self.configured():
             return marked
@@ -216,12 +236,13 @@ class SurfaceCatalog:
             return False
 
 
-def _check_text(value: object, field: str, limit: int) -> None:
+def _check_text(value: object, what: str, limit: int) -> None:
     """Refuse a name or URI that is not a string, is empty, or is huge (INVALID_INPUT)."""
+    field = "name" if what.endswith("name") else "uri"
     if not isinstance(value, str) or not value:
-        raise InvalidInput(f"'{field}' must be a non-empty string", field=field)
+        raise InvalidInput(f"The {what} must be a non-empty string", field=field)
     if len(value) > limit:
-        raise InvalidInput(f"'{field}' is {len(value)} characters long (max {limit})", field=field)
+        raise InvalidInput(f"The {what} is {len(value)} characters long (max {limit})", field=field)
 
 
 def prompt_view(server: str, prompt: mcp_types.Prompt) -> mcp_types.Prompt:

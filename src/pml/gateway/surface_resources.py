@@ -120,7 +120,10 @@ class ResourceSurface:
         async def with_resources(
             ctx: Context, params: mcp_types.SubscriptionsListenRequestParams
         ) -> HandlerResult:
-            uris = params.notifications.resource_subscriptions or []
+            wanted = params.notifications
+            if wanted.prompts_list_changed or wanted.resources_list_changed:
+                await self._catalog.watch_running()
+            uris = wanted.resource_subscriptions or []
             if not uris:
                 return await listen(ctx, params)
             scope = self._edge.caller(ctx)

@@ -25,6 +25,7 @@ from typing import Final
 import anyio
 import anyio.abc
 import mcp_types
+from mcp import Client
 from mcp.server.connection import Connection
 from mcp.server.subscriptions import ResourceUpdated, ServerEvent
 from mcp.shared.exceptions import MCPError
@@ -64,6 +65,7 @@ class ResourceSubscriptions:
         self._upstream: dict[Target, anyio.CancelScope | None] = {}
         self._lock = anyio.Lock()
         self._tasks: anyio.abc.TaskGroup | None = None
+        self._watched: dict[str, int] = {}  # server -> id of the session whose lists we hear
 
     @asynccontextmanager
     async def running(self) -> AsyncGenerator[ResourceSubscriptions]:
@@ -75,6 +77,40 @@ class ResourceSubscriptions:
             finally:
                 self._tasks = None
                 tasks.cancel_scope.cancel()
+
+    def watch_lists(self, server: str, client: Client) -> anyio.Event | None:
+        """On a 2026-07-28 session, hold a listen stream for prompt and resource list
+        changes (2025-11-25 servers send them on the session itself); the event is set
+        once the stream is open (or failed)."""
+        if self._tasks is None or self._watched.get(server) == id(client):
+            return None
+        if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return None
+        capabilities = client.server_capabilities
+        prompts = capabilities.prompts is not None and capabilities.prompts.list_changed is True
+        resources = capabilities.resources
+        changes = resources is not None and resources.list_changed is True
+        if not (prompts or changes):
+            return None
+        self._watched[server] = id(client)
+        opened = anyio.Event()
+
+        async def hold() -> None:
+            try:
+                async with client.listen(
+                    prompts_list_changed=prompts, resources_list_changed=changes
+                ):
+                    opened.set()
+                    await anyio.sleep_forever()
+            except SUBSCRIBE_ERRORS as error:
+                logger.info("upstream %r: list-change stream ended: %s", server, error)
+            finally:
+                opened.set()
+                if self._watched.get(server) == id(client):
+                    del self._watched[server]
+
+        self._tasks.start_soon(hold)
+        return opened
 
     def subscribed(self, server: str, uri: str) -> bool:
         """Whether the gateway holds an upstream subscription to ``uri`` of ``server``."""
