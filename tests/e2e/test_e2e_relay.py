@@ -9,6 +9,7 @@ it, since server-everything shows no trace of a cancelled call.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
@@ -212,7 +213,7 @@ async def test_progress_of_a_pml_execute_run_reaches_the_client_over_http(
     assert [value for value, _ in progress.seen] == [1, 2]
 
 
-def test_inspector_cli_sees_a_pass_through_progress_call_complete(
+def test_inspector_cli_completes_a_progress_call_and_cannot_answer_sampling(
     npm_deps: NpmDeps, tmp_path: Path, config: Path
 ) -> None:
     # The Inspector CLI prints the result only (not the notifications) and cannot answer
@@ -243,6 +244,23 @@ def test_inspector_cli_sees_a_pass_through_progress_call_complete(
     )
     texts = [block.get("text", "") for block in run.result()["content"]]
     assert any("Long running operation completed" in text for text in texts)
+    sampling = run_inspector(
+        npm_deps,
+        tmp_path / "home",
+        "--format",
+        "json",
+        "-q",
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "everything__trigger-sampling-request",
+        "--tool-arg",
+        "prompt=hi",
+        *target,
+    )
+    assert sampling.returncode != 0  # the tool's result is an error: nobody could answer
+    shown = json.loads(sampling.stdout)["result"]["content"][0]["text"]
+    assert "declared the sampling/createMessage capability" in shown
 
 
 # -- cancellation ------------------------------------------------------------------------------
