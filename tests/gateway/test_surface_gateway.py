@@ -345,3 +345,26 @@ async def test_a_server_that_fails_is_left_out_of_listings(sqlite_url: str) -> N
 
     assert names == ["a__greet"]
     assert "broken" in raised.value.message
+
+
+async def test_prompt_gets_and_resource_reads_are_audited_with_their_server(
+    surface_gateway: Gateway,
+) -> None:
+    events: list[dict[str, Any]] = []
+    remove = surface_gateway.policy.audit.add_listener(events.append)
+    try:
+        async with Client(surface_gateway.server, mode="legacy") as client:
+            await client.get_prompt("a__greet", {"who": "Ada"})
+            await client.read_resource("pml://b/note://b/readme")
+            with pytest.raises(MCPError):
+                await client.get_prompt("a__nope")
+    finally:
+        remove()
+
+    seen = [(event["event"], event["details"].get("server")) for event in events]
+    assert ("PROMPT_GET", "a") in seen
+    assert ("RESOURCE_READ", "b") in seen
+    got = next(event for event in events if event["event"] == "PROMPT_GET")
+    assert got["details"]["success"] is True
+    assert got["actor"] == "erwan"
+    assert len([e for e in events if e["event"] == "PROMPT_GET"]) == 1  # a refusal: no call
