@@ -32,7 +32,7 @@ a pass-through tool or one that may wait for approval).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, cast
@@ -50,11 +50,13 @@ from mcp.shared.inbound import (
     InboundLadderRejection,
     classify_inbound_request,
     find_duplicated_routing_header,
+    find_invalid_x_mcp_header,
     validate_mcp_param_headers,
+    x_mcp_header_map,
 )
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.requests import Request
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from pml.execution.clients import calling_as, client_from_headers
 from pml.gateway.fast_lane import RequestId, dump_json, json_object, lane_call, result_message
@@ -70,6 +72,7 @@ from pml.gateway.http_lane_screen import (
     plain_post,
     session_meta_ok,
 )
+from pml.gateway.http_lane_wire import Exchange, read_body, watching
 from pml.gateway.session_http import Asgi, Requestor, caller_of, requestor_of
 from pml.gateway.tools import GatewayTools
 from pml.registry.scope import Principal
@@ -78,14 +81,7 @@ from pml.web.auth import PRINCIPAL_STATE_KEY
 
 logger = logging.getLogger(__name__)
 
-PING_INTERVAL_S: Final = 15.0  # the SDK's keep-alive for a response still being worked on
-PING: Final = b": ping\r\n\r\n"
-SSE_HEADERS: Final = [
-    (b"content-type", b"text/event-stream"),
-    (b"cache-control", b"no-cache, no-transform"),
-    (b"connection", b"keep-alive"),
-    (b"x-accel-buffering", b"no"),
-]
+MAX_SCHEMAS: Final = 4096  # input schemas whose x-mcp-header check is remembered
 Flight = tuple[str, RequestId]  # (session id, request id) of a session's lane call
 
 
@@ -106,45 +102,6 @@ class _Target:
     pass_through: tuple[str, str] | None
 
 
-class _Exchange:
-    """One POST's answer: JSON at once, or SSE once keep-alive pings had to start."""
-
-    def __init__(self, send: Send, session_id: str | None) -> None:
-        self._send = send
-        self._session: list[tuple[bytes, bytes]] = (
-            [(MCP_SESSION_ID_HEADER.encode(), session_id.encode("latin-1"))] if session_id else []
-        )
-        self.streaming = False
-
-    async def ping(self) -> None:
-        if not self.streaming:
-            await self._send(
-                {
-                    "type": "http.response.start",
-                    "status": 200,
-                    "headers": SSE_HEADERS + self._session,
-                }
-            )
-            self.streaming = True
-        await self._send({"type": "http.response.body", "body": PING, "more_body": True})
-
-    async def finish(self, message: bytes) -> None:
-        if self.streaming:
-            event = b"event: message\r\ndata: " + message + b"\r\n\r\n"
-            await self._send({"type": "http.response.body", "body": event, "more_body": False})
-            return
-        await self.plain(200, message)
-
-    async def plain(self, status: int, body: bytes) -> None:
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            *self._session,
-        ]
-        await self._send({"type": "http.response.start", "status": status, "headers": headers})
-        await self._send({"type": "http.response.body", "body": body, "more_body": False})
-
-
 class HttpCallLane:
     """Answers plain ``tools/call`` POSTs (see the module)."""
 
@@ -163,6 +120,7 @@ class HttpCallLane:
         self._security = TransportSecurityMiddleware(security)
         self._max_body = max_body
         self._in_flight: dict[Flight, anyio.CancelScope] = {}
+        self._annotations: dict[int, tuple[Mapping[str, Any], bool]] = {}
 
     async def serve(self, scope: Scope, receive: Receive, send: Send, sdk: Asgi) -> None:
         """Answer the request here when it is a plain call, else hand it to ``sdk``."""
@@ -174,7 +132,7 @@ class HttpCallLane:
         if not plain_post(request) or self._declared_too_long(request):
             await sdk(scope, receive, send)
             return
-        read = await _read_body(receive, self._max_body)
+        read = await read_body(receive, self._max_body)
         replay = read.replayed(receive)
         body = read.data
         too_long = len(body) > self._max_body
@@ -203,8 +161,8 @@ class HttpCallLane:
         call = plain_call(message)
         if call is None or not modern_meta_ok(call.meta) or has_param_headers(request):
             return False
-        headers = request.headers
-        if find_duplicated_routing_header(headers.items()) is not None:
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.scope["headers"]]
+        if find_duplicated_routing_header(headers) is not None:
             return False
         assert message is not None  # a plain call is an object
         route = classify_inbound_request(message, headers=dict(headers))
@@ -215,7 +173,7 @@ class HttpCallLane:
             return False
         if await self._security.validate_request(request, is_post=True) is not None:
             return False
-        exchange = _Exchange(send, None)
+        exchange = Exchange(send, None)
         await self._answer(request, call, target, caller, route.protocol_version, receive, exchange)
         return True
 
@@ -245,7 +203,7 @@ class HttpCallLane:
                 return False
             if await self._security.validate_request(request, is_post=True) is not None:
                 return False
-            exchange = _Exchange(send, session_id)
+            exchange = Exchange(send, session_id)
             async with self._flying(flight) as scope:
                 await self._answer(
                     request,
@@ -267,7 +225,7 @@ class HttpCallLane:
         if await self._security.validate_request(request, is_post=True) is not None:
             return False
         scope.cancel()
-        await _Exchange(send, flight[0]).plain(202, b"")
+        await Exchange(send, flight[0]).plain(202, b"")
         return True
 
     # -- the call --------------------------------------------------------------------------------
@@ -287,9 +245,21 @@ class HttpCallLane:
         if not call.arguments:
             return True
         schema = self._tools.input_schema(call.name)
-        if schema is None:
+        if schema is None or not self._annotated(schema):
             return True
         return validate_mcp_param_headers(schema, call.arguments, request.headers) is None
+
+    def _annotated(self, schema: Mapping[str, Any]) -> bool:
+        """Whether ``schema`` declares ``x-mcp-header`` parameters (remembered per schema)."""
+        known = self._annotations.get(id(schema))
+        if known is not None and known[0] is schema:
+            return known[1]
+        if len(self._annotations) >= MAX_SCHEMAS:
+            self._annotations.clear()
+        # The SDK validates only a valid schema that declares some (x_mcp_header_map).
+        annotated = find_invalid_x_mcp_header(schema) is None and bool(x_mcp_header_map(schema))
+        self._annotations[id(schema)] = (schema, annotated)
+        return annotated
 
     @asynccontextmanager
     async def _flying(self, flight: Flight) -> AsyncGenerator[anyio.CancelScope]:
@@ -308,7 +278,7 @@ class HttpCallLane:
         caller: CallerScope,
         version: str,
         receive: Receive,
-        exchange: _Exchange,
+        exchange: Exchange,
         *,
         cancel: anyio.CancelScope | None = None,
     ) -> None:
@@ -317,21 +287,17 @@ class HttpCallLane:
         scope = cancel if cancel is not None else anyio.CancelScope()
         key = _key_of(request)
         result: dict[str, Any] | None = None
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(_keep_alive, exchange, receive, scope if modern else None)
-            try:
-                with scope, calling_as(client_from_headers(request.headers), key):
-                    result = await lane_call(
-                        self._tools,
-                        caller,
-                        call.name,
-                        target.pass_through,
-                        call.arguments,
-                        lane="mcp",
-                        key=key or "",
-                    )
-            finally:
-                tasks.cancel_scope.cancel()
+        async with watching(exchange, receive, cancel_on_leave=scope if modern else None):
+            with scope, calling_as(client_from_headers(request.headers), key):
+                result = await lane_call(
+                    self._tools,
+                    caller,
+                    call.name,
+                    target.pass_through,
+                    call.arguments,
+                    lane="mcp",
+                    key=key or "",
+                )
         if result is not None:
             await exchange.finish(
                 result_message(call.request_id, version, result, self._server_info)
@@ -343,74 +309,12 @@ class HttpCallLane:
             )
 
 
-async def _keep_alive(
-    exchange: _Exchange, receive: Receive, cancel_on_leave: anyio.CancelScope | None
-) -> None:
-    """While the call runs: ping every ``PING_INTERVAL_S`` once it is slow, and cancel it
-    when the client leaves (``cancel_on_leave``: the 2026-07-28 way to cancel)."""
-    while True:
-        with anyio.move_on_after(PING_INTERVAL_S):
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                if cancel_on_leave is not None:
-                    cancel_on_leave.cancel()
-                return
-            continue
-        await exchange.ping()
-
-
 def _key_of(request: Request) -> str | None:
     state: object = request.scope.get("state")
     principal = (
         cast(dict[str, object], state).get(PRINCIPAL_STATE_KEY) if isinstance(state, dict) else None
     )
     return principal.key_prefix if isinstance(principal, Principal) else None
-
-
-@dataclass(frozen=True, slots=True)
-class _Body:
-    """What was read of a request body: whole (``complete``), or cut short by the size limit
-    or by another message (``trailing``, e.g. the client leaving)."""
-
-    data: bytes
-    more: bool = False
-    trailing: Message | None = None
-
-    @property
-    def complete(self) -> bool:
-        return not self.more and self.trailing is None
-
-    def replayed(self, receive: Receive) -> Receive:
-        """``receive`` as it was before the body was read."""
-        pending: list[Message] = [
-            {"type": "http.request", "body": self.data, "more_body": self.more}
-        ]
-        if self.trailing is not None:
-            pending.append(self.trailing)
-        pending.reverse()
-
-        async def replay() -> Message:
-            if pending:
-                return pending.pop()
-            return await receive()
-
-        return replay
-
-
-async def _read_body(receive: Receive, limit: int) -> _Body:
-    """The request body, read until it ends or is longer than ``limit`` bytes."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return _Body(b"".join(chunks), more=True, trailing=message)
-        chunk: bytes = message.get("body", b"")
-        chunks.append(chunk)
-        size += len(chunk)
-        more = bool(message.get("more_body", False))
-        if not more or size > limit:
-            return _Body(b"".join(chunks), more=more)
 
 
 class LaneEndpoint:
