@@ -92,6 +92,7 @@ class Person:
         self.sampled: list[str] = []
         self.forms: list[str] = []
         self.roots_asked = 0
+        self.roots = [ROOT]
 
     async def sampling(
         self, context: ClientRequestContext, params: mcp_types.CreateMessageRequestParams
@@ -112,7 +113,7 @@ class Person:
 
     async def list_roots(self, context: ClientRequestContext) -> mcp_types.ListRootsResult:
         self.roots_asked += 1
-        return mcp_types.ListRootsResult(roots=[ROOT])
+        return mcp_types.ListRootsResult(roots=list(self.roots))
 
     def callbacks(self) -> dict[str, Any]:
         return {
@@ -392,3 +393,20 @@ async def test_a_denied_server_cannot_reach_the_client(
     assert result.is_error
     assert "denied by the gateway's policy" in _text(result)
     assert person.sampled == []
+
+
+async def test_a_roots_change_of_the_client_reaches_server_everything(config: Path) -> None:
+    person = Person()
+    async with stdio_gateway(config, "legacy", person) as client:
+        await _wait_for_tool(client, "everything__get-roots-list")
+        with anyio.fail_after(WAIT_S):
+            first = await client.call_tool("everything__get-roots-list", {})
+            asked = person.roots_asked
+            person.roots = [mcp_types.Root.model_validate({"uri": "file:///elsewhere/ü"})]
+            await client.send_roots_list_changed()  # pyright: ignore[reportDeprecated]
+            # server-everything asks roots/list again, outside any call: relayed to us
+            while person.roots_asked == asked:  # noqa: ASYNC110 - the callback has no event
+                await anyio.sleep(0.05)
+            second = await client.call_tool("everything__get-roots-list", {})
+    assert "file:///work/project" in _text(first)
+    assert "file:///elsewhere/" in _text(second)

@@ -6,6 +6,7 @@ A ``ServerMiddleware`` of the SDK server: it sees every request before its handl
 
 - Any 2025-11-25 request: its connection is remembered (``ConnectedClients``), for
   upstream requests that no client call explains.
+- ``notifications/roots/list_changed``: passed on to the running upstream sessions.
 - ``tools/call``: a ``ClientCall`` becomes the ``Requester`` of every upstream call the handler
   makes (a context variable, so it reaches the tool calls of a ``pml_execute`` run): their
   progress goes to the client's token and their upstream's requests to this client.
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from pml.gateway.relay_requests import RelayedRequests
 
 logger = logging.getLogger(__name__)
+
+ROOTS_CHANGED = "notifications/roots/list_changed"
 
 
 def _scope_of(ctx: ServerRequestContext[Any, Any], default_scope: Scope) -> Scope | None:
@@ -68,6 +71,8 @@ class RelayMiddleware:
         if ctx.method != "tools/call":
             if ctx.method != "initialize" and not is_modern(ctx):
                 self._requests.clients.saw(ctx, _scope_of(ctx, self._default_scope))
+            if ctx.method == ROOTS_CHANGED:
+                self._requests.roots_changed()
             return await call_next(ctx)
         scope = _scope_of(ctx, self._default_scope)
         call = ClientCall(ctx, scope)

@@ -33,16 +33,19 @@ server that asks, so it cannot pass for PML's own approval form. A person answer
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import AsyncGenerator, Awaitable
 from contextlib import asynccontextmanager
 from typing import Final, Literal
 
 import anyio
+import anyio.abc
 import mcp_types
 from mcp.client.session import ClientRequestContext
 from mcp.server.connection import Connection
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.message import ServerMessageMetadata
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, ValidationError
 
 from pml.config import Settings
@@ -52,6 +55,7 @@ from pml.gateway.relay_parking import Parking, RelayRefused
 from pml.policy.model import Auditor
 from pml.policy.permissions import PermissionRules
 from pml.registry.scope import Scope
+from pml.upstream.base import UpstreamPool
 from pml.upstream.calls import requesters_on
 from pml.upstream.events import ClientCallbacks
 
@@ -62,6 +66,7 @@ Request = mcp_types.CreateMessageRequest | mcp_types.ElicitRequest | mcp_types.L
 MAX_RELAYED_BYTES: Final = 2 * 1024 * 1024
 MAX_MESSAGE_CHARS: Final = 8_000
 AUDIT_EVENT: Final = "RELAYED_REQUEST"
+ROOTS_NOTICE_S: Final = 5.0
 
 
 class Refused(Exception):
@@ -127,6 +132,8 @@ class RelayedRequests:
         self._default_scope: Scope | None = None
         self._wait_s = 300.0
         self._parking: Parking | None = None
+        self._tasks: anyio.abc.TaskGroup | None = None
+        self._pool: UpstreamPool | None = None
 
     @classmethod
     def answering(cls, relay: GatewayRelay) -> RelayedRequests:
@@ -141,24 +148,42 @@ class RelayedRequests:
 
     @asynccontextmanager
     async def serving(
-        self, server: object, settings: Settings, auditor: Auditor, default_scope: Scope
+        self,
+        server: object,
+        settings: Settings,
+        auditor: Auditor,
+        default_scope: Scope,
+        pool: UpstreamPool | None = None,
     ) -> AsyncGenerator[None]:
-        """Relay to the clients of ``server`` (its middleware) until the block ends."""
+        """Relay to the clients of ``server`` (its middleware) until the block ends; with
+        ``pool``, a client's ``notifications/roots/list_changed`` reaches its sessions."""
         from pml.gateway.relay_middleware import RelayMiddleware, install
 
         self._rules = PermissionRules.from_settings(settings.permissions)
         self._auditor = auditor
         self._default_scope = default_scope
         self._wait_s = settings.permissions.approval_wait_s
+        self._pool = pool
         async with anyio.create_task_group() as tasks:
+            self._tasks = tasks
             self._parking = Parking(tasks, wait_s=self._wait_s)
             remove = install(server, RelayMiddleware(self, default_scope))
             try:
                 yield
             finally:
                 remove()
-                self._parking = None
+                self._parking = self._tasks = self._pool = None
                 tasks.cancel_scope.cancel()
+
+    def roots_changed(self) -> None:
+        """A client's roots changed: tell every running upstream session (in the background;
+        a server that cares asks ``roots/list`` again, relayed as above)."""
+        pool, tasks = self._pool, self._tasks
+        if pool is None or tasks is None:
+            return
+        for status in pool.status():
+            if status.state == "running":
+                tasks.start_soon(_tell_roots_changed, pool, status.name)
 
     def callbacks(self, server: str) -> ClientCallbacks:
         """What a session to ``server`` answers its requests with."""
@@ -339,6 +364,19 @@ class RelayedRequests:
         if why:
             details["reason"] = why[:300]
         self._auditor.emit(AUDIT_EVENT, scope=scope, details=details, actor=scope.user)
+
+
+async def _tell_roots_changed(pool: UpstreamPool, server: str) -> None:
+    try:
+        with anyio.fail_after(ROOTS_NOTICE_S):
+            async with pool.session(server) as client:
+                if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                    return  # roots are gone from 2026-07-28: nothing to tell
+                with warnings.catch_warnings():  # deprecated by 2026-07-28, current before
+                    warnings.simplefilter("ignore", MCPDeprecationWarning)
+                    await client.session.send_roots_list_changed()  # pyright: ignore[reportDeprecated]
+    except Exception as error:  # noqa: BLE001 - a server that cannot hear it misses nothing else
+        logger.debug("roots/list_changed not sent to %r: %s", server, error)
 
 
 def _error(answer: BaseModel | mcp_types.ErrorData) -> mcp_types.ErrorData:
