@@ -198,6 +198,8 @@ async def test_pml_serve_stdio_runs_the_configured_servers_for_a_real_client(
         "expose_upstream = true\n"
         "[permissions]\n"
         'allow = ["mortal:*"]\n'
+        "[upstream]\n"
+        "list_wait_s = 60\n"  # the first list waits for the server however loaded the machine
         "[servers.mortal]\n"
         f"command = {json.dumps(sys.executable)}\n"
         f"args = [{json.dumps(str(script))}]\n",
