@@ -35,6 +35,7 @@ from pml.gateway.handlers import service_handlers
 from pml.gateway.notify import Context, ToolListNotifier
 from pml.gateway.policy_services import PolicyServices, open_policy
 from pml.gateway.relay import GatewayRelay
+from pml.gateway.relay_requests import RelayedRequests
 from pml.gateway.results import error_result
 from pml.gateway.services import (
     default_pool,
@@ -237,6 +238,7 @@ async def open_gateway(
         upstream = pool if pool is not None else default_pool(settings, db)
         relay = GatewayRelay()
         upstream.set_events(relay)  # before the sessions open: they declare its callbacks
+        requests = RelayedRequests.answering(relay)  # upstream sampling/elicitation/roots
         try:
             await upstream.start(wait=False)  # initialize never waits for upstream servers
             window = StartWindow(upstream, settings.upstream.list_wait_s, opened_at=started_at)
@@ -294,7 +296,11 @@ async def open_gateway(
                     surface=surface,
                 )
                 with metrics.observing(tools, registry):  # counted while open (GET /metrics)
-                    async with watcher.running(), curation.running():
+                    async with (
+                        watcher.running(),
+                        curation.running(),
+                        requests.serving(server, settings, policy.audit, default_scope, upstream),
+                    ):
                         await _warm(catalog, default_scope)
                         yield Gateway(
                             settings,
