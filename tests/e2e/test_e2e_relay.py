@@ -3,8 +3,7 @@
 The upstream is the real npm ``@modelcontextprotocol/server-everything`` (stdio), the client
 the SDK's ``mcp.Client`` over ``pml serve --stdio`` and ``--http``, in both protocol
 generations (``legacy``: 2025-11-25; ``auto``: 2026-07-28 with PML), and the MCP Inspector
-CLI for progress. Cancellation is checked on a small stdio server of our own that records
-it, since server-everything shows no trace of a cancelled call.
+CLI for progress. Cancellation is in ``test_e2e_relay_cancel.py``.
 """
 
 from __future__ import annotations
@@ -42,36 +41,6 @@ MODES = ["legacy", "auto"]
 WAIT_S = 60.0
 ALLOW = {"permissions": {"allow": ["*:*"]}}
 ROOT = mcp_types.Root.model_validate({"uri": "file:///work/project", "name": "project"})
-
-# A stdio server whose ``hold`` tool waits until cancelled, then writes a marker file.
-RECORDER = """
-import sys, anyio, mcp_types
-from mcp.server import Server
-from mcp.server.stdio import stdio_server
-
-MARK = sys.argv[1]
-
-async def on_list_tools(ctx, params):
-    tool = mcp_types.Tool(name="hold", input_schema={"type": "object"})
-    return mcp_types.ListToolsResult(tools=[tool])
-
-async def on_call_tool(ctx, params):
-    open(MARK + ".started", "w").close()
-    try:
-        await anyio.sleep(60)
-    except anyio.get_cancelled_exc_class():
-        open(MARK, "w").close()
-        raise
-    return mcp_types.CallToolResult(content=[])
-
-server = Server("recorder", on_list_tools=on_list_tools, on_call_tool=on_call_tool)
-
-async def main():
-    async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
-
-anyio.run(main)
-"""
 
 
 class Progress:
@@ -262,30 +231,6 @@ def test_inspector_cli_completes_a_progress_call_and_cannot_answer_sampling(
     assert sampling.returncode != 0  # the tool's result is an error: nobody could answer
     shown = json.loads(sampling.stdout)["result"]["content"][0]["text"]
     assert "declared the sampling/createMessage capability" in shown
-
-
-# -- cancellation ------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("mode", MODES)
-async def test_a_cancelled_pass_through_call_is_cancelled_upstream(
-    tmp_path: Path, mode: str
-) -> None:
-    mark = tmp_path / "cancelled"
-    recorder = Upstream("recorder", sys.executable, ("-c", RECORDER, str(mark)))
-    config = write_config(
-        tmp_path / "pml.toml", [recorder], database_url=sqlite_url(tmp_path), extra=ALLOW
-    )
-    async with stdio_gateway(config, mode) as client:
-        with anyio.fail_after(WAIT_S):
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(client.call_tool, "recorder__hold", {})
-                while not await anyio.Path(f"{mark}.started").exists():  # noqa: ASYNC110 - another process's file
-                    await anyio.sleep(0.05)
-                tasks.cancel_scope.cancel()  # the SDK client sends notifications/cancelled
-            while not await anyio.Path(mark).exists():  # noqa: ASYNC110 - another process's file
-                await anyio.sleep(0.05)
-    assert mark.exists()
 
 
 # -- sampling, elicitation, roots ----------------------------------------------------------------
