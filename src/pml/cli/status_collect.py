@@ -125,6 +125,7 @@ def _server_entry(
     entry: dict[str, Any] = {
         "name": name,
         "transport": ("http" if server.url else "stdio") if server else None,
+        # As written: a ${TOKEN} in the URL or the arguments is shown as ${TOKEN}.
         "target": (server.url or " ".join([server.command or "", *server.args]).strip())
         if server
         else "",
@@ -265,7 +266,7 @@ async def collect_status(
     servers = [
         _server_entry(
             name,
-            settings.servers.get(name),
+            settings.server_as_written(name) if name in settings.servers else None,
             reports.get(name),
             catalog_counts.get(name, 0) if catalog_counts is not None else None,
             by_server.get(name, []),
