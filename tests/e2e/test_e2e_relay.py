@@ -236,21 +236,7 @@ def test_inspector_cli_completes_a_progress_call_and_cannot_answer_sampling(
 # -- sampling, elicitation, roots ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "mode",
-    [
-        "legacy",
-        pytest.param(
-            "auto",
-            marks=pytest.mark.xfail(
-                reason="the stdio fast lane answers a 2026-07-28 pass-through call itself, "
-                "even from a client that declared sampling: no input_required round can "
-                "carry the upstream's request (the lane must hand such calls to the SDK path)",
-                strict=False,
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_sampling_of_server_everything_is_answered_by_the_stdio_client(
     config: Path, mode: str
 ) -> None:

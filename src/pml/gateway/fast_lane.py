@@ -38,6 +38,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from pml.errors import PmlError
+from pml.gateway.client_asks import envelope_may_ask
 from pml.gateway.tools import GatewayTools
 from pml.registry.scope import Scope
 from pml.telemetry import observe
@@ -159,6 +160,9 @@ class ToolCallLane:
             return False
         if target is None and self._tools.may_wait(name) and self._elicits(params):
             return False  # may ask the person (elicitation/create): the server's full path
+        may_reach_client = target is not None or self._tools.may_wait(name)
+        if may_reach_client and self._era != "session" and envelope_may_ask(params.get("_meta")):
+            return False  # an upstream may ask this client something: the server relays it
         call_arguments = cast("dict[str, Any] | None", arguments)
         scope = anyio.CancelScope()
         self._in_flight[request_id] = scope

@@ -59,13 +59,13 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from pml.execution.clients import calling_as, client_from_headers
+from pml.gateway.client_asks import may_ask
 from pml.gateway.fast_lane import RequestId, dump_json, json_object, lane_call, result_message
 from pml.gateway.http_lane_screen import (
     CALL_MARK,
     CANCEL_MARK,
     PlainCall,
     has_param_headers,
-    may_ask,
     modern_meta_ok,
     plain_call,
     plain_cancel,

@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
-import mcp_types
 from mcp.server.streamable_http import check_accept_headers
 from starlette.requests import Request
 
@@ -37,7 +36,6 @@ CANCEL_PARAMS: Final = frozenset({"requestId", "reason"})
 MODERN_META: Final = ENVELOPE_KEYS | TRACE_META_KEYS
 # Client capabilities under which an upstream may ask the client something during a call
 # (elicitation/create, sampling/createMessage): only the SDK's path can carry the question.
-ASKING_CAPABILITIES: Final = ("elicitation", "sampling")
 MCP_PARAM_PREFIX: Final = "mcp-param-"
 
 
@@ -127,14 +125,3 @@ def session_meta_ok(meta: Mapping[str, Any] | None) -> bool:
 def modern_meta_ok(meta: Mapping[str, Any] | None) -> bool:
     """A 2026-07-28 call's ``_meta``: the envelope and trace context, nothing else."""
     return keys_within(meta, MODERN_META)
-
-
-def may_ask(capabilities: object) -> bool:
-    """Whether client ``capabilities`` (a dict, or the SDK's model) let a call ask the
-    client something (see ``ASKING_CAPABILITIES``)."""
-    if isinstance(capabilities, mcp_types.ClientCapabilities):
-        return capabilities.elicitation is not None or capabilities.sampling is not None
-    if not isinstance(capabilities, dict):
-        return False
-    declared = cast(dict[str, Any], capabilities)
-    return any(key in declared for key in ASKING_CAPABILITIES)
