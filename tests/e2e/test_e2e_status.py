@@ -157,7 +157,8 @@ async def test_an_http_gateway_answers_status_and_survives_hostile_control_clien
 
         await anyio.to_thread.run_sync(hostile_clients, control)
         again = await status_when(config, lambda r: r["gateway"]["answered"])
-        health = httpx.get(f"{gateway.base_url}/health", timeout=WAIT_S)
+        async with httpx.AsyncClient(timeout=WAIT_S) as http:
+            health = await http.get(f"{gateway.base_url}/health")
 
         assert live["gateway"]["transport"] == f"http 127.0.0.1:{gateway.port}"
         assert live["gateway"]["pid"] == gateway.process.pid
