@@ -12,7 +12,7 @@ answered here, so the client gets exactly one answer per request.
 
     early = EarlyAnswers.start()          # None when stdin/stdout are not pipes
     ...                                   # heavy imports, opening the gateway
-    handed = early.handover()             # HandedOver(pending=b"...", answered={1})
+    handed = early.handover()             # HandedOver(pending=b"...", answered={1: {...}})
 
 ``HELLO`` must equal what the gateway's SDK server answers (tests compare both); anything
 else — another method, a malformed request, a protocol version not known here — is left to
@@ -135,12 +135,17 @@ def _object(value: object) -> dict[str, Any] | None:
     return cast(dict[str, Any], value) if isinstance(value, dict) else None
 
 
+Result = dict[str, Any]
+
+
 @dataclass(slots=True)
 class HandedOver:
-    """What the early reader took from stdin, and the request ids it answered."""
+    """What the early reader took from stdin, and the results it answered, by request id."""
 
     pending: bytes = b""
-    answered: set[int | str] = field(default_factory=set[int | str])
+    answered: dict[int | str, dict[str, Any]] = field(
+        default_factory=dict[int | str, dict[str, Any]]
+    )
     started_at: float | None = None  # when the process began serving (monotonic clock)
 
 
@@ -153,7 +158,7 @@ class EarlyAnswers:
         self._write_fd = write_fd
         self._buffer = bytearray()
         self._scanned = 0  # bytes of _buffer already looked at for an opening request
-        self._answered: set[int | str] = set()
+        self._answered: dict[int | str, dict[str, Any]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pml-early-stdio", daemon=True)
 
@@ -170,7 +175,7 @@ class EarlyAnswers:
         """Stop reading; what was read (unanswered or not) and the ids answered."""
         self._stop.set()
         self._thread.join()
-        return HandedOver(bytes(self._buffer), set(self._answered), self.started_at)
+        return HandedOver(bytes(self._buffer), dict(self._answered), self.started_at)
 
     def _run(self) -> None:
         try:
@@ -196,7 +201,7 @@ class EarlyAnswers:
             request_id, result = found
             answer = {"jsonrpc": "2.0", "id": request_id, "result": result}
             _write_all(self._write_fd, json.dumps(answer, separators=(",", ":")).encode() + b"\n")
-            self._answered.add(request_id)
+            self._answered[request_id] = result
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -24,7 +24,7 @@ import fcntl
 import json
 import logging
 import os
-from collections.abc import AsyncGenerator, Collection
+from collections.abc import AsyncGenerator, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -132,12 +132,13 @@ async def serve_on_pipes(
     pipes: Pipes,
     *,
     lane: Lane | None = None,
-    answered: Collection[int | str] = (),
+    answered: Mapping[int | str, dict[str, Any]] | None = None,
 ) -> None:
     """Run ``server`` on ``pipes`` until the client closes stdin (or the caller cancels);
-    ``answered``: ids of requests already answered (``early_stdio``), whose answer from the
-    server is dropped once."""
-    already = set(answered)
+    ``answered``: results already sent for these request ids (``early_stdio``): the lane
+    learns from them as from the server's own answers, which are then dropped once."""
+    early = dict(answered or {})  # until the request is read again
+    already = set(early)  # until the server's answer is dropped
     to_server, server_reads = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     server_writes, from_server = anyio.create_memory_object_stream[SessionMessage](0)
 
@@ -159,6 +160,12 @@ async def serve_on_pipes(
                     # request pass for a notification, which nobody would ever answer.
                     pipes.write_line(_malformed_answer(line, ValueError("invalid id")))
                     continue
+                if early and isinstance(message, mcp_types.JSONRPCRequest) and lane is not None:
+                    result = early.pop(message.id, None)
+                    if result is not None:  # the client has this answer: so does the lane
+                        lane.sent(
+                            mcp_types.JSONRPCResponse(jsonrpc="2.0", id=message.id, result=result)
+                        )
                 await to_server.send(SessionMessage(message))
 
     async def write_lines() -> None:
