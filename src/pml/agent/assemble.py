@@ -86,7 +86,7 @@ def agent_parts(gateway: Gateway, *, llm: JsonCompleter | None = None) -> AgentP
     return AgentParts(
         scope=scope,
         enforcer=enforcer,
-        offer=OfferParts(gateway.pool, enforcer, capability_tools, static),
+        offer=OfferParts(gateway.window, enforcer, capability_tools, static),
         runner=RunnerParts(
             gateway.pool,
             enforcer,

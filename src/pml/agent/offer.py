@@ -35,7 +35,7 @@ from pml.policy.enforcer import PolicyEnforcer, RequestPolicy
 from pml.registry.scope import Scope
 from pml.sections_agent import AgentSettings
 from pml.storage.database import Database
-from pml.upstream.base import UpstreamPool
+from pml.upstream.base import ToolSource
 
 logger = logging.getLogger(__name__)
 
@@ -98,9 +98,10 @@ CapabilityTools = Callable[[Scope], Awaitable[list[CapabilityRow]]]
 
 @dataclass(frozen=True, slots=True)
 class OfferParts:
-    """What building an offer reads: the pool, the enforcer and the capability tools."""
+    """What building an offer reads: the upstream tools (the gateway's start window, which
+    waits for servers still starting), the enforcer and the capability tools."""
 
-    pool: UpstreamPool
+    pool: ToolSource
     enforcer: PolicyEnforcer
     capability_tools: CapabilityTools | None
     static_tools: Mapping[str, tuple[str, Mapping[str, Any]]]

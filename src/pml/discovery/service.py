@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, Protocol, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import anyio
 import anyio.to_thread
@@ -51,7 +51,7 @@ from pml.registry.scope import Scope
 from pml.storage.database import Database
 from pml.storage.discovery_repo import SqlDiscoveryRepository
 from pml.storage.types import utc_now
-from pml.upstream.base import UpstreamTool
+from pml.upstream.base import ToolSource, UpstreamTool
 
 if TYPE_CHECKING:
     from pml.policy.enforcer import PolicyEnforcer, RequestPolicy
@@ -67,12 +67,6 @@ QUERY_CACHE_SIZE: Final = 512
 # With a policy, this many times the limit are ranked, so hiding some still fills the page.
 POLICY_OVERFETCH: Final = 4
 MAX_POLICY_FETCH: Final = 200
-
-
-class ToolSource(Protocol):
-    """Where the upstream tools come from (the upstream pool)."""
-
-    async def list_tools(self) -> list[UpstreamTool]: ...
 
 
 class DiscoveryService:

@@ -211,6 +211,7 @@ class Gateway:
     policy: PolicyServices
     traces: TraceIngest
     relay: GatewayRelay
+    window: StartWindow  # the upstream tools as listings see them (waits for starting servers)
     surface: GatewaySurface | None = None
 
     async def notify_tools_changed(self) -> None:
@@ -318,6 +319,7 @@ async def open_gateway(
                             policy,
                             traces,
                             relay,
+                            window,
                             surface,
                         )
         finally:

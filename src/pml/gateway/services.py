@@ -31,9 +31,10 @@ from pml.wiring import routing_rules
 
 if TYPE_CHECKING:
     from pml.curation.service import CurationService
-    from pml.discovery.service import DiscoveryService, ToolSource
+    from pml.discovery.service import DiscoveryService
     from pml.execution.trace_ingest import TraceIngest
     from pml.gateway.policy_services import PolicyServices
+    from pml.upstream.base import ToolSource
 
 logger = logging.getLogger(__name__)
 

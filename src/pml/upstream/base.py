@@ -69,6 +69,14 @@ class ServerStatus:
 ToolsChangedListener = Callable[[str], Awaitable[None]]
 
 
+class ToolSource(Protocol):
+    """Where a listing takes the upstream tools from (the pool, or its ``StartWindow``)."""
+
+    async def list_tools(self) -> list[UpstreamTool]:
+        """Every tool of every enabled server."""
+        ...
+
+
 class UpstreamPool(Protocol):
     """The upstream servers the gateway talks to (see ``upstream.pool.ClientPool``)."""
 
