@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 import mcp.client.stdio as sdk_stdio
+import mcp_types
 import pytest
 from mcp import Client
 
@@ -68,12 +69,34 @@ def with_paths(arguments: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
     }
 
 
+NOT_ANSWERED = mcp_types.ErrorData(code=mcp_types.INVALID_REQUEST, message="not answered here")
+
+
+async def _no_sample(context: Any, params: mcp_types.CreateMessageRequestParams) -> Any:
+    return NOT_ANSWERED
+
+
+async def _no_elicit(context: Any, params: mcp_types.ElicitRequestParams) -> Any:
+    return NOT_ANSWERED
+
+
+async def _no_roots(context: Any) -> Any:
+    return NOT_ANSWERED
+
+
 async def direct_tool_names(servers: dict[str, Upstream]) -> dict[str, list[str]]:
-    """Each server's own tool names, asked directly (in parallel)."""
+    """Each server's own tool names, asked directly (in parallel) by a client that declares
+    what PML's upstream sessions declare (sampling, elicitation, roots: PML relays them),
+    since a server may offer more tools to such a client (server-everything does)."""
     names: dict[str, list[str]] = {}
 
     async def one(upstream: Upstream) -> None:
-        async with Client(upstream.params()) as client:
+        async with Client(
+            upstream.params(),
+            sampling_callback=_no_sample,
+            elicitation_callback=_no_elicit,
+            list_roots_callback=_no_roots,
+        ) as client:
             names[upstream.name] = [tool.name for tool in (await client.list_tools()).tools]
 
     with anyio.fail_after(30):
@@ -177,6 +200,7 @@ async def test_each_upstream_runs_once_reused_across_calls_and_stops_with_the_ga
     tmp_path: Path, servers: dict[str, Upstream]
 ) -> None:
     async with pml_stdio(config_for(tmp_path, servers), tmp_path / "pml.log") as gw:
+        await gw.client.list_tools()  # the servers start in the background: listed once started
         first = {name: child_running(gw.pid, marker) for name, marker in MARKERS.items()}
         for _ in range(3):
             result = await gw.client.call_tool("time__get_current_time", {"timezone": "UTC"})
@@ -219,6 +243,7 @@ async def test_an_upstream_killed_mid_call_fails_that_call_promptly(
 ) -> None:
     config = config_for(tmp_path, servers, "time", "everything")
     async with pml_stdio(config, tmp_path / "pml.log") as gw:
+        await gw.client.list_tools()  # the servers start in the background: listed once started
         victim = child_running(gw.pid, "server-everything")
         outcome: dict[str, Any] = {}
 
