@@ -52,6 +52,8 @@ async def run_agent(
     ):
         agent = Agent(agent_parts(gateway, llm=llm), model, person, shown, settings=settings.agent)
         if once is not None:
+            # One turn, no person typing meanwhile: its tools are every server that starts.
+            await gateway.pool.settled(settings.upstream.start_timeout_s)
             return await run_once(agent, once, None if as_json else display, out, as_json=as_json)
         out.write(
             f"pml agent on {settings.llm.model} — Ctrl-C cancels a turn, Ctrl-D or /exit ends\n"

@@ -83,6 +83,10 @@ async def _call(body: Callable[[], Awaitable[T]]) -> T:
     return await body()
 
 
+# The gateway tools whose answer depends on the upstream servers being up.
+UPSTREAM_TOOLS = frozenset({"pml_discover", "pml_execute"})
+
+
 async def call_gateway_tool(
     settings: Settings, name: str, arguments: dict[str, Any]
 ) -> dict[str, Any]:
@@ -91,6 +95,8 @@ async def call_gateway_tool(
     from pml.gateway.server import open_gateway
 
     async with open_gateway(settings, llm_api_key=llm_key(settings)) as gateway:
+        if name in UPSTREAM_TOOLS:  # a one-shot command sees every server that starts
+            await gateway.pool.settled(settings.upstream.start_timeout_s)
         result = await gateway.tools.call_tool(gateway.default_scope, name, arguments)
     answer: dict[str, Any] = result.structured_content or {}
     if result.is_error:
