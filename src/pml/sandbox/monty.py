@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import time
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Final, Self
 
 import anyio
 import pydantic_monty as monty
@@ -189,13 +189,19 @@ def _resource_limits(limits: SandboxSettings) -> monty.ResourceLimits:
     )
 
 
+SLEEP_BEYOND_DEADLINE_S: Final = 1.0
+
+
 def _os_policy(limits: SandboxSettings) -> monty.OSPolicy:
     """The worker's clock and entropy; no host call (``'call_host'``) anywhere."""
     return monty.OSPolicy(
         datetime="system",
         timezone="utc",
         sleep="system",
-        sleep_system_max=limits.wall_time_s,
+        # Longer than the run may last: the run's deadline, not a sleep cut short to end
+        # exactly then, decides (a sleep capped at the limit could return first and let the
+        # snippet go on).
+        sleep_system_max=limits.wall_time_s + SLEEP_BEYOND_DEADLINE_S,
         process_time="zero",
         random_start="system",
     )
