@@ -51,6 +51,7 @@ from pml.sections import SandboxSettings as SandboxSettings
 from pml.sections import UpstreamSettings as UpstreamSettings
 from pml.sections_agent import AgentSettings as AgentSettings
 from pml.sections_agent import MemorySettings as MemorySettings
+from pml.sections_limits import LimitsSettings as LimitsSettings
 from pml.sections_ops import LogSettings as LogSettings
 from pml.sections_ops import TelemetrySettings as TelemetrySettings
 
@@ -110,6 +111,7 @@ class Settings(BaseSettings):
     tools_page_size: int = Field(default=10_000, ge=1, le=100_000)
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
     llm: LlmSettings | None = None
     policy: PolicySettings = Field(default_factory=PolicySettings)
     permissions: PermissionsSettings = Field(default_factory=PermissionsSettings)

@@ -30,6 +30,8 @@ result; the CLI prints one line and exits 1.
     ├── Unauthorized          UNAUTHORIZED    (no valid API key: HTTP 401)
     ├── Forbidden             FORBIDDEN       (the key's role may not do this: HTTP 403)
     ├── AlreadyDecided        ALREADY_DECIDED (an approval a person has decided already)
+    ├── Busy                  BUSY            (the tenant's fair-share queue is full: retryAfterS)
+    ├── RateLimited           RATE_LIMITED    (a per-key or per-address rate limit: retryAfterS)
     └── InternalError         INTERNAL_ERROR  (a bug: logged, generic message to the caller)
 
 Example::
@@ -169,6 +171,38 @@ class Forbidden(PmlError):
 
 class AlreadyDecided(PmlError):
     code = "ALREADY_DECIDED"
+
+
+def _retry_after(given: float | None, data: dict[str, Any]) -> float:
+    """The delay of a BUSY/RATE_LIMITED error: given, or read back from ``retryAfterS``."""
+    carried = data.pop("retryAfterS", None)
+    value = given if given is not None else carried
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        value = 1.0
+    return round(min(max(float(value), 0.0), 86_400.0), 3)
+
+
+class Busy(PmlError):
+    """The caller's fair-share queue of sandbox runs is full; ``retryAfterS`` says when to retry."""
+
+    code = "BUSY"
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None, **data: Any) -> None:
+        delay = _retry_after(retry_after_s, data)
+        super().__init__(message, retryAfterS=delay, **data)
+        self.retry_after_s = delay
+
+
+class RateLimited(PmlError):
+    """A rate limit (per API key, or per source address for failed keys) refused the request;
+    ``retryAfterS`` says when a token is free again. Over HTTP: 429 with ``Retry-After``."""
+
+    code = "RATE_LIMITED"
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None, **data: Any) -> None:
+        delay = _retry_after(retry_after_s, data)
+        super().__init__(message, retryAfterS=delay, **data)
+        self.retry_after_s = delay
 
 
 class InternalError(PmlError):

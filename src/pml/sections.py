@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -34,6 +35,15 @@ class SandboxSettings(BaseModel):
     max_tool_calls: int = Field(default=200, gt=0)
     max_code_bytes: int = Field(default=100_000, gt=0)
     max_result_bytes: int = Field(default=1_000_000, gt=0)
+    # Sandbox worker processes of this gateway (a pool setting, read at start);
+    # 0: automatic, twice the CPU count and at least 4 (see ``pool_size``).
+    workers: int = Field(default=0, ge=0, le=256)
+
+    def pool_size(self) -> int:
+        """The number of sandbox worker processes: ``workers``, or twice the CPUs (>= 4)."""
+        if self.workers > 0:
+            return self.workers
+        return max(4, 2 * (os.cpu_count() or 1))
 
 
 class LlmSettings(BaseModel):

@@ -51,6 +51,7 @@ LIVE: Final = frozenset(
 RESTART_KEYS: Final = {
     "routing": ("trace_claim_lease_s",),
     "policy": ("debug_routing", "llm_min_confidence"),
+    "sandbox": ("workers",),
 }
 LOAD_TIMEOUT_S: Final = 30.0  # a config that takes longer to read is refused
 MAX_CONFIG_BYTES: Final = 4_000_000  # far beyond any real pml.toml; never read into memory

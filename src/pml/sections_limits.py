@@ -1,0 +1,47 @@
+"""``[limits]``: fair sharing of a shared PML between tenants, rate limits and quotas (SPEC §4).
+
+[limits]
+tenant_workers = 0                  # sandbox workers one tenant (org/project/user) may hold
+                                    #   at once; 0: half the pool, at least 1
+queue_per_tenant = 32               # runs of one tenant waiting for a worker; more → BUSY
+key_rate_per_s = 20.0               # requests per second per API key (token bucket); 0: off
+key_burst = 100                     # the bucket's size: a burst a key may send at once
+captures_per_minute = 120.0         # new capabilities one key may create per minute; 0: off
+auth_failures_per_minute = 30.0     # failed API keys per source address; then 429
+auth_failure_burst = 10
+capabilities_per_project = 50000    # active capabilities in one org/project; 0: no quota
+pending_workflows_per_user = 100    # workflows waiting for a person or a client; 0: no quota
+
+A tenant is the (org, project, user) triple an API key fixes (on stdio: the config's scope
+and the local user). ``BUSY`` and ``RATE_LIMITED`` carry ``retryAfterS``; over HTTP a rate
+limit is answered 429 with ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_QUEUE = 10_000
+MAX_RATE = 1_000_000.0
+
+
+class LimitsSettings(BaseModel):
+    """Per-tenant fairness, per-key and per-address rate limits, and quotas (SPEC §4)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tenant_workers: int = Field(default=0, ge=0, le=1024)
+    queue_per_tenant: int = Field(default=32, ge=0, le=MAX_QUEUE)
+    key_rate_per_s: float = Field(default=20.0, ge=0, le=MAX_RATE)
+    key_burst: int = Field(default=100, ge=1, le=1_000_000)
+    captures_per_minute: float = Field(default=120.0, ge=0, le=MAX_RATE)
+    auth_failures_per_minute: float = Field(default=30.0, gt=0, le=MAX_RATE)
+    auth_failure_burst: int = Field(default=10, ge=1, le=1_000_000)
+    capabilities_per_project: int = Field(default=50_000, ge=0)
+    pending_workflows_per_user: int = Field(default=100, ge=0)
+
+    def workers_per_tenant(self, pool_size: int) -> int:
+        """The most workers one tenant holds at once in a pool of ``pool_size``."""
+        if self.tenant_workers > 0:
+            return min(self.tenant_workers, pool_size)
+        return max(1, pool_size // 2)
