@@ -6,7 +6,6 @@ tenant_workers = 0                  # sandbox workers one tenant (org/project/us
 queue_per_tenant = 32               # runs of one tenant waiting for a worker; more → BUSY
 key_rate_per_s = 20.0               # requests per second per API key (token bucket); 0: off
 key_burst = 100                     # the bucket's size: a burst a key may send at once
-captures_per_minute = 120.0         # new capabilities one key may create per minute; 0: off
 auth_failures_per_minute = 30.0     # failed API keys per source address; then 429
 auth_failure_burst = 10
 capabilities_per_project = 50000    # active capabilities in one org/project; 0: no quota
@@ -34,7 +33,6 @@ class LimitsSettings(BaseModel):
     queue_per_tenant: int = Field(default=32, ge=0, le=MAX_QUEUE)
     key_rate_per_s: float = Field(default=20.0, ge=0, le=MAX_RATE)
     key_burst: int = Field(default=100, ge=1, le=1_000_000)
-    captures_per_minute: float = Field(default=120.0, ge=0, le=MAX_RATE)
     auth_failures_per_minute: float = Field(default=30.0, gt=0, le=MAX_RATE)
     auth_failure_burst: int = Field(default=10, ge=1, le=1_000_000)
     capabilities_per_project: int = Field(default=50_000, ge=0)

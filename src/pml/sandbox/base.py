@@ -18,6 +18,11 @@ from typing import Any, Protocol
 from pml.config import SandboxSettings
 
 
+# Who a run is for, outermost first: (org, project, user). The fair scheduler shares
+# workers between tenants along this path; engines that do not schedule ignore it.
+TenantKey = tuple[str, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class ToolRef:
     """What a snippet called: ``mcp.<namespace>.<name>`` or ``mcp["<name>"]`` (namespace ``""``)."""
@@ -71,14 +76,16 @@ class SandboxEngine(Protocol):
         args: dict[str, Any],
         caller: ToolCaller,
         limits: SandboxSettings,
+        tenant: TenantKey | None = None,
     ) -> RunOutcome:
-        """Run ``code`` with ``args``; raise a ``PmlError`` when it fails.
+        """Run ``code`` with ``args`` for ``tenant``; raise a ``PmlError`` when it fails.
 
         ``CodeSyntaxError`` (SYNTAX_ERROR) for code the engine cannot run,
         ``ExecutionTimeout`` (TIMEOUT), ``LimitExceeded`` (LIMIT_EXCEEDED: memory, tool calls,
         result size, recursion), ``ExecutionFailed`` (EXECUTION_FAILED: an exception in the
         snippet, with its type, message and snippet line), ``ToolCallError`` (TOOL_ERROR: a
-        ``ToolError`` the snippet did not catch), and whatever ``PmlError`` the caller raised.
+        ``ToolError`` the snippet did not catch), ``Busy`` (BUSY: the tenant's queue for a
+        worker is full), and whatever ``PmlError`` the caller raised.
         """
         ...
 

@@ -41,7 +41,7 @@ import pydantic_monty as monty
 
 from pml.config import SandboxSettings
 from pml.errors import ExecutionFailed, InternalError, InvalidInput, LimitExceeded
-from pml.sandbox.base import RunOutcome, ToolCaller
+from pml.sandbox.base import RunOutcome, TenantKey, ToolCaller
 from pml.sandbox.bridge import RunBridge
 from pml.sandbox.failures import MAX_RECURSION_DEPTH, timeout_error, translate
 from pml.sandbox.jsonvalue import NotJsonError, json_size, json_value
@@ -109,8 +109,11 @@ class MontyEngine:
         args: dict[str, Any],
         caller: ToolCaller,
         limits: SandboxSettings,
+        tenant: TenantKey | None = None,
     ) -> RunOutcome:
-        """Run ``code`` with ``args`` (see ``SandboxEngine.run`` for the errors)."""
+        """Run ``code`` with ``args`` (see ``SandboxEngine.run`` for the errors); the pool
+        does not schedule by ``tenant`` (``pml.sandbox.fair`` does)."""
+        del tenant
         started = time.perf_counter()
         program = prepare(code, max_code_bytes=limits.max_code_bytes)
         inputs = {"args": _checked_args(args)}
