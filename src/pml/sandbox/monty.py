@@ -60,7 +60,8 @@ class MontyEngine:
     """A ``SandboxEngine`` on pydantic-monty; see the module docstring.
 
     ``min_workers`` are started with the pool and kept warm; at most ``max_workers``
-    (default: the CPU count) run at once, further runs wait for a free worker.
+    (default: the CPU count) run at once, further runs wait for a free worker (the
+    ``sandbox_wait`` step; ``observe_wait=False`` when a scheduler in front observes it).
     """
 
     def __init__(
@@ -69,8 +70,10 @@ class MontyEngine:
         min_workers: int = 1,
         max_workers: int | None = None,
         binary_path: str | None = None,
+        observe_wait: bool = True,
     ) -> None:
         self._min_workers = min_workers
+        self._observe_wait = observe_wait
         self._max_workers = max_workers
         self._binary_path = binary_path
         self._pool: monty.AsyncMonty | None = None
@@ -144,7 +147,8 @@ class MontyEngine:
     ) -> Any:
         async with contextlib.AsyncExitStack() as stack:
             checkout = pool.checkout(limits=_resource_limits(limits), os_policy=_os_policy(limits))
-            with observe.step("sandbox_wait"):  # all workers busy: the run queues here
+            quiet = contextlib.nullcontext()
+            with observe.step("sandbox_wait") if self._observe_wait else quiet:  # busy: queue
                 session = await stack.enter_async_context(checkout)
             with anyio.CancelScope(deadline=anyio.current_time() + limits.wall_time_s) as scope:
                 bridge.attach(scope)
