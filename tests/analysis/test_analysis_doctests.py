@@ -7,12 +7,40 @@ from types import ModuleType
 
 import pytest
 
-from pml.analysis import credentials, lifting, literals, scan, snippet, source_map
-
-
-@pytest.mark.parametrize(
-    "module", [credentials, lifting, literals, scan, snippet, source_map], ids=lambda m: m.__name__
+from pml.analysis import (
+    credentials,
+    folding,
+    fstring_secrets,
+    lifting,
+    literals,
+    scan,
+    secret_check,
+    secret_comments,
+    secret_params,
+    secret_sweep,
+    secret_text,
+    snippet,
+    source_map,
 )
+
+MODULES = [
+    credentials,
+    folding,
+    fstring_secrets,
+    lifting,
+    literals,
+    scan,
+    secret_check,
+    secret_comments,
+    secret_params,
+    secret_sweep,
+    secret_text,
+    snippet,
+    source_map,
+]
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
 def test_docstring_examples(module: ModuleType) -> None:
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0

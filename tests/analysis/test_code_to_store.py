@@ -264,17 +264,28 @@ def test_edits_in_format_specs_and_implicit_concatenation() -> None:
     )
 
 
-def test_constants_that_cannot_or_need_not_move_stay() -> None:
+def test_secrets_in_docstrings_dict_keys_and_f_strings_never_stay() -> None:
+    # Issue 19: these used to be stored as written. A docstring never runs: redacted. A dict
+    # key and f-string text become a (shared) required parameter. A match pattern cannot be
+    # an expression: the code is refused before it runs.
     code = (
         f'"""Docstring mentioning {GHP}."""\n'
-        "match event:\n"
-        f'    case {{"token": "{GHP}"}}:\n'
-        "        pass\n"
         f'headers = {{"{GHP}": 1}}\n'
         f'note = f"token {GHP} {{x}}"\n'
     )
-    assert names(code) == []
-    assert stored(code) == code
+    assert names(code) == ["secret"]
+    assert stored(code) == (
+        '"""Docstring mentioning [REDACTED]."""\n'
+        'headers = {args["secret"]: 1}\n'
+        "note = f\"token {args['secret']} {x}\"\n"
+    )
+    pattern = f'match event:\n    case {{"token": "{GHP}"}}:\n        pass\n'
+    with pytest.raises(InvalidInput) as info:
+        analyze_snippet(pattern)
+    assert info.value.message == (
+        "a secret-looking text in a match pattern cannot be moved out of the code: "
+        "pass it in args instead (line 2)"
+    )
 
 
 def test_secrets_in_expression_statements_are_lifted() -> None:

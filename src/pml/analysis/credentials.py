@@ -7,7 +7,8 @@ suffix without a lookbehind anchoring it), since values come from untrusted code
 (``token``, ``api_key``, ``clientSecret``, ``X-Auth-Token``...), when its text has the shape
 of a known credential (``sk-...``, ``ghp_...``, ``AKIA...``, a JWT, ``Bearer ...``, a PEM
 private key, a URL with a password), or when it is a long, random-looking token. Lists and
-dicts are searched: a dict's keys serve as keywords for their values.
+dicts are searched: a dict's keys serve as keywords for their values, and are judged as
+values themselves (``{"ghp_...": 1}``).
 
 Example::
 
@@ -169,6 +170,15 @@ def is_secret_keyword(keyword: str) -> bool:
     return False
 
 
+def secret_base(context: str) -> str:
+    """The parameter name for a secret bound to ``context`` (``apiKey`` → ``api_key``);
+    ``secret`` when there is none, or when the context looks like a credential itself (a dict
+    key such as ``"ghp_..."``)."""
+    if looks_secret("", context):
+        return "secret"
+    return "_".join(keyword_words(context)) or "secret"
+
+
 def _is_placeholder(value: str) -> bool:
     text = value.strip()
     return text.lower() in _PLACEHOLDER_VALUES or _PLACEHOLDER.fullmatch(text) is not None
@@ -261,6 +271,8 @@ def looks_secret(keyword: str, value: object) -> bool:
         elif isinstance(item, dict):
             for child_key, child in cast("dict[object, object]", item).items():
                 stack.append((str(child_key), child, named))
+                if isinstance(child_key, str):  # a key can be a credential too
+                    stack.append(("", child_key, False))
         elif isinstance(item, list | tuple):
             stack.extend((key, child, named) for child in cast("list[object]", item))
     return False

@@ -28,9 +28,10 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pml.analysis.credentials import keyword_words, looks_secret
+from pml.analysis.credentials import secret_base
 from pml.analysis.literals import json_type, literal_key
 from pml.analysis.scan import ArgsUse, LiteralUse, Place, Scan, scan_snippet
+from pml.analysis.secret_text import holds_secret
 from pml.errors import InvalidInput
 
 __all__ = ["Edit", "Parameter", "Plan", "plan_parameters", "scan_snippet", "subscript_text"]
@@ -62,6 +63,7 @@ class Edit:
 class Plan:
     parameters: tuple[Parameter, ...]
     edits: tuple[Edit, ...]
+    secrets: tuple[tuple[str, str], ...] = ()  # (secret text, parameter) of lifted secrets
 
 
 def _parses(text: str) -> bool:
@@ -119,10 +121,6 @@ def _schema(value: object, *, default: bool) -> dict[str, Any]:
     return schema
 
 
-def _secret_base(context: str) -> str:
-    return "_".join(keyword_words(context)) or "secret"
-
-
 class _Planner:
     def __init__(self, code: str) -> None:
         self.code = code
@@ -130,6 +128,7 @@ class _Planner:
         self.edits: list[Edit] = []
         self.args_values: dict[str, set[str]] = {}  # args parameter -> its literal defaults
         self.quotes: dict[tuple[int, int], str | None] = {}
+        self.secrets: dict[str, str] = {}  # secret text -> the parameter that holds it
 
     def add(self, position: int, parameter: Parameter) -> None:
         self.parameters[parameter.name] = (position, parameter)
@@ -150,11 +149,13 @@ class _Planner:
 
     def plan_args(self, key: str, uses: list[ArgsUse]) -> None:
         gets = [use for use in uses if use.is_get]
-        secrets = [use for use in gets if use.literal and looks_secret(key, use.default)]
+        secrets = [use for use in gets if use.literal and holds_secret(key, use.default)]
         position = min(use.place.start for use in uses)
         if secrets:
             for use in secrets:  # args.get("token", "sk-...") -> args["token"]
                 self.edit(use.place, key, use.line, secret=True)
+                if isinstance(use.default, str):
+                    self.secrets.setdefault(use.default, key)
             self.args_values[key] = {literal_key(use.default) for use in secrets}
             self.add(
                 position, Parameter(key, _schema(secrets[0].default, default=False), True, "secret")
@@ -170,6 +171,10 @@ class _Planner:
         required = any(not use.is_get for use in uses)
         self.add(position, Parameter(key, {}, required, "args"))
 
+    def remember(self, name: str, value: object, *, secret: bool) -> None:
+        if secret and isinstance(value, str):
+            self.secrets.setdefault(value, name)
+
     def reuses_args_parameter(self, name: str, value: object) -> bool:
         """A literal equal to an ``args`` parameter's default (or secret) means the same."""
         return literal_key(value) in self.args_values.get(name, set[str]())
@@ -178,14 +183,15 @@ class _Planner:
         assigned: dict[tuple[str, str], str] = {}
         suffixes: dict[str, int] = {}
         for use in uses:
-            secret = not use.kwarg or looks_secret(use.keyword, use.value)
-            base = use.keyword if use.kwarg else _secret_base(use.keyword)
+            secret = not use.kwarg or holds_secret(use.keyword, use.value)
+            base = use.keyword if use.kwarg else secret_base(use.keyword)
             identity = (base, literal_key(use.value))
             name = assigned.get(identity)
             if name is None and self.reuses_args_parameter(base, use.value):
                 name = base
             if name is not None:
                 self.edit(use.place, name, use.line, secret=secret)
+                self.remember(name, use.value, secret=secret)
                 continue
             name, suffix = base, suffixes.get(base, 1)
             while name in self.parameters:
@@ -194,6 +200,7 @@ class _Planner:
             if not self.edit(use.place, name, use.line, secret=secret):
                 continue  # cannot be replaced where it stands (an f-string): not lifted
             assigned[identity] = name
+            self.remember(name, use.value, secret=secret)
             suffixes[base] = suffix  # names are never freed: resume from here next time
             schema = _schema(use.value, default=not secret)
             source: Literal["literal", "secret"] = "secret" if secret else "literal"
@@ -211,4 +218,5 @@ def plan_parameters(scan: Scan, code: str) -> Plan:
     planner.plan_literals(sorted(scan.literals, key=lambda use: use.place.start))
     ordered = sorted(planner.parameters.values(), key=lambda item: item[0])
     edits = sorted(planner.edits, key=lambda edit: edit.start)
-    return Plan(tuple(parameter for _, parameter in ordered), tuple(edits))
+    secrets = tuple(planner.secrets.items())
+    return Plan(tuple(parameter for _, parameter in ordered), tuple(edits), secrets)

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pml.analysis.code_hash import canonical_dump
-from pml.analysis.credentials import looks_secret
 from pml.analysis.literals import literal_value
+from pml.analysis.secret_text import holds_secret
 from pml.analysis.source_map import SourceMap
 from pml.errors import InvalidInput
 
@@ -160,7 +160,7 @@ def _parses_to(text: str, node: ast.expr) -> bool:
     return canonical_dump(parsed) == canonical_dump(node)
 
 
-def _contexts(node: ast.AST) -> dict[int, str]:
+def binding_contexts(node: ast.AST) -> dict[int, str]:
     """The names ``node`` binds its value children to: keyword, dict key, assignment target."""
     if isinstance(node, ast.keyword) and node.arg is not None:
         return {id(node.value): node.arg}
@@ -318,7 +318,7 @@ class _Walker:
                 self.handled.add(id(node.args[1]))
 
     def visit_string(self, node: ast.Constant, frame: _Frame) -> None:
-        if frame.no_secrets or not looks_secret(frame.context, node.value):
+        if frame.no_secrets or not holds_secret(frame.context, node.value):
             return
         use = LiteralUse(frame.context, node.value, False, node.lineno, self.place(node, frame))
         self.scan.literals.append(use)
@@ -328,8 +328,11 @@ class _Walker:
         if isinstance(node, ast.JoinedStr):
             self.push_fstring(node, frame)
             return
-        contexts = _contexts(node)
-        inherit = isinstance(node, ast.List | ast.Tuple | ast.Set)
+        contexts = binding_contexts(node)
+        # ``password = "pw-" + suffix``: the pieces of a value are bound to its name too.
+        inherit = isinstance(node, ast.List | ast.Tuple | ast.Set) or (
+            isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)
+        )
         keys = {id(key) for key in node.keys if key} if isinstance(node, ast.Dict) else set[int]()
         # Constants in patterns cannot become expressions; dict keys are not secrets, nor are
         # bare string statements (docstrings): they do nothing when the code runs.

@@ -2,8 +2,12 @@
 
 ``analyze_snippet`` checks a snippet (size first, then syntax, then the ``mcp`` rules), lists
 every ``mcp`` reference in source order and infers a parameters schema from ``args`` uses and
-from the literal keyword arguments of tool calls (SPEC §4, §6). ``code_to_store`` applies the
-lifting to the code by exact source-span edits, so the author's formatting and comments stay.
+from the literal keyword arguments of tool calls (SPEC §4, §6). It also prepares the code to
+store, so that a snippet whose secrets cannot be kept out of it is refused before it runs:
+literals are lifted by exact source-span edits (``lifting``), then every credential left —
+in comments, docstrings, f-string text, bytes, glued constants — is lifted or redacted
+(``secret_sweep``), and a last check (``secret_check``) refuses what would still hold one.
+The author's formatting and comments stay. ``code_to_store`` adds the FQDN references.
 
 Example::
 
@@ -33,6 +37,8 @@ from pml.analysis.code_hash import normalized_code_hash, parse_snippet
 from pml.analysis.credentials import looks_secret
 from pml.analysis.lifting import Edit, Parameter, Plan, plan_parameters, subscript_text
 from pml.analysis.scan import MCP, CallSite, Scan, scan_snippet
+from pml.analysis.secret_check import check_stored
+from pml.analysis.secret_sweep import SecretNames, apply_edits, sweep_secrets
 from pml.errors import CodeSyntaxError, CodeTooLarge, InternalError, InvalidInput
 
 __all__ = [
@@ -55,6 +61,9 @@ class SnippetAnalysis:
     code_hash: str
     calls: tuple[CallSite, ...]
     parameters: tuple[Parameter, ...]
+    # The code as stored, before capabilities are named by FQDN: literals and secrets lifted,
+    # credentials in comments and docstrings redacted.
+    lifted_code: str = ""
 
     @property
     def parameters_schema(self) -> dict[str, Any]:
@@ -103,24 +112,36 @@ def analyze_snippet(code: str, *, max_code_bytes: int = DEFAULT_MAX_CODE_BYTES) 
             max=max_code_bytes,
         )
     scan, plan = _scan_and_plan(code)
+    lifted, parameters = _without_secrets(code, plan)
     return SnippetAnalysis(
         code=code,
         code_hash=normalized_code_hash(code),
         calls=tuple(scan.references_sites()),
-        parameters=plan.parameters,
+        parameters=parameters,
+        lifted_code=lifted,
     )
 
 
-def _apply(code: str, edits: list[Edit]) -> str:
-    parts: list[str] = []
-    cursor = 0
-    for edit in sorted(edits, key=lambda edit: edit.start):
-        if edit.start < cursor:
-            raise InternalError("overlapping edits while preparing the code to store")
-        parts.extend((code[cursor : edit.start], edit.text))
-        cursor = edit.end
-    parts.append(code[cursor:])
-    return "".join(parts)
+def _parsed(stored: str) -> None:
+    try:
+        parse_snippet(stored)
+    except CodeSyntaxError as exc:
+        raise InternalError(f"the code to store does not parse: {exc.message}") from None
+
+
+def _without_secrets(code: str, plan: Plan) -> tuple[str, tuple[Parameter, ...]]:
+    """The code with literals lifted and no credential left; every parameter it takes."""
+    lifted = apply_edits(code, list(plan.edits))
+    _parsed(lifted)
+    names = SecretNames({parameter.name for parameter in plan.parameters}, dict(plan.secrets))
+    try:
+        swept = sweep_secrets(lifted, names)
+    except RecursionError:
+        raise _too_deep() from None
+    _parsed(swept.code)
+    parameters = plan.parameters + swept.parameters
+    check_stored(swept.code, parameters)
+    return swept.code, parameters
 
 
 def code_to_store(
@@ -132,21 +153,22 @@ def code_to_store(
     ``mcp.<ns>.<name>`` (or ``mcp.<ns>["<name>"]``) whose ``(ns, name)`` is a key of
     ``capability_fqdns`` becomes ``mcp["<fqdn>"]``. Everything else is kept byte for byte.
     """
-    code = analysis.code
-    scan, plan = _scan_and_plan(code)
-    edits = list(plan.edits)
+    code = (
+        analysis.lifted_code or _without_secrets(analysis.code, _scan_and_plan(analysis.code)[1])[0]
+    )
     fqdns = capability_fqdns or {}
+    if not fqdns:
+        return code
+    edits: list[Edit] = []
     quotes: dict[tuple[int, int], str | None] = {}
-    for reference in scan.references:
+    for reference in scan_snippet(parse_snippet(code), code).references:
         site = reference.site
         fqdn = fqdns.get((site.namespace, site.name)) if site.namespace else None
         if fqdn is not None:
             text = subscript_text(code, reference.place, MCP, fqdn, quotes)
             if text is not None:  # else (inside ``f"{...=}"``) the display name stays
                 edits.append(Edit(reference.place.start, reference.place.end, text))
-    stored = _apply(code, edits)
-    try:
-        parse_snippet(stored)
-    except CodeSyntaxError as exc:
-        raise InternalError(f"the code to store does not parse: {exc.message}") from None
+    stored = apply_edits(code, edits)
+    _parsed(stored)
+    check_stored(stored, analysis.parameters)
     return stored

@@ -1,0 +1,185 @@
+"""Where the secrets are inside free text: comments, docstrings, f-string text (SPEC §6.1).
+
+``looks_secret`` (``pml.analysis.credentials``) judges a whole value; text written for people
+holds a credential among ordinary words. ``secret_spans(text)`` finds the character spans to
+lift or redact: known key shapes (``sk-...``, ``ghp_...``, JWTs...), the credential after
+``Bearer``/``Basic``/``token``, a URL's password, the value of ``password=...`` or
+``api_key: ...``, PEM private keys (to their end marker), and random-looking runs of token
+characters (in a path, only the random part). When ``looks_secret`` takes the whole text for
+a credential and no part stands out, the whole text (stripped) is the span.
+
+Every pattern runs in linear time; a run longer than 256 characters is data, not a token,
+unless a known shape marks it (``looks_random`` draws the same line).
+
+Example::
+
+    >>> text = "call with Bearer q8Zt1LmX4vR7yN2kP9sJ3wB6 (see /srv/app/run.py)"
+    >>> [text[a:b] for a, b in secret_spans(text)]
+    ['q8Zt1LmX4vR7yN2kP9sJ3wB6']
+    >>> redact_spans("# key: sk-abcdefghijklmnop1234 for prod", [(7, 30)])
+    '# key: [REDACTED] for prod'
+    >>> secret_spans("compute the sha256 of report_2024_final.csv")
+    []
+    >>> holds_secret("", ["fine", {"note": "password=hunter22 in prod"}])
+    True
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final, cast
+
+from pml.analysis.credentials import is_secret_keyword, keyword_words, looks_random, looks_secret
+
+REDACTED: Final = "[REDACTED]"
+MAX_TOKEN = 256
+
+# Shapes whose whole match is the credential.
+_SHAPES = re.compile(
+    "|".join(
+        [
+            r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_\-]{16,}",
+            r"(?<![A-Za-z0-9])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}",
+            r"(?<![A-Za-z0-9])gh[pousr]_[A-Za-z0-9]{20,}",
+            r"(?<![A-Za-z0-9])github_pat_[A-Za-z0-9_]{20,}",
+            r"(?<![A-Za-z0-9])glpat-[A-Za-z0-9_\-]{20,}",
+            r"(?<![A-Za-z0-9])xox[abprse]-[A-Za-z0-9\-]{10,}",
+            r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])",
+            r"(?<![A-Za-z0-9])AIza[0-9A-Za-z_\-]{35}",
+            r"(?<![A-Za-z0-9])npm_[A-Za-z0-9]{36}",
+            r"(?<![A-Za-z0-9_\-])eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}(?:\.[A-Za-z0-9_\-]*)?",
+        ]
+    )
+)
+# ``Bearer <token>``, ``Basic <base64>``, ``token <value>``: the scheme word stays.
+_SCHEME = re.compile(
+    r"(?i:\b(?:bearer|basic|token)[ \t]{1,8})([A-Za-z0-9\-._~+/]{8,}=*)(?![A-Za-z0-9\-._~+/=])"
+)
+# ``scheme://user:password@``: the password.
+_URL_PASSWORD = re.compile(
+    r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]{0,31}://[^/\s:@]{0,256}:([^/\s@]{1,256})@"
+)
+# ``password=...``, ``"api_key": "..."``, ``token: ...``: the value, when the keyword names one.
+_ASSIGNMENT = re.compile(
+    r"(?<![A-Za-z0-9_\-])([A-Za-z][A-Za-z0-9_\-]{0,63})"
+    r"[\"']?[ \t]{0,3}[:=][ \t]{0,3}[\"']?"
+    r"([^\s\"'&;,)}\]]{1,4096})"
+)
+_PEM_BEGIN = re.compile(r"-----BEGIN[A-Z ]{0,40}PRIVATE KEY-----")
+_PEM_END = re.compile(r"-----END[A-Z ]{0,40}PRIVATE KEY-----")
+_CANDIDATE = re.compile(r"[A-Za-z0-9+/=_\-.~]{20,}")
+_PART = re.compile(r"[^/\\?&=#:;@]+")
+_PLACEHOLDER = re.compile(
+    r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|<[^<>]*>|\{\{[^{}]*\}\}|\*+|\[REDACTED\]"
+)
+_PLACEHOLDER_WORDS = frozenset(
+    {"none", "null", "true", "false", "bearer", "basic", "digest", "token", "redacted"}
+    | {"oauth", "oauth2", "jwt", "apikey", "api_key", "yes", "no", "on", "off", "required"}
+    | {"optional", "enabled", "disabled", "xxx", "changeme"}
+)
+_TRAILING = ".,;:)'\"!?"
+
+
+def _real_value(value: str) -> bool:
+    """Something a credential field could hold: not a placeholder, not only punctuation."""
+    text = value.strip()
+    if len(text) < 6 or not any(char.isalnum() for char in text):
+        return False
+    return text.lower() not in _PLACEHOLDER_WORDS and _PLACEHOLDER.fullmatch(text) is None
+
+
+def _assignments(text: str) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    for match in _ASSIGNMENT.finditer(text):
+        keyword, value = match[1], match[2].rstrip(_TRAILING)
+        if keyword_words(keyword) == ["auth"] or not is_secret_keyword(keyword):
+            continue
+        if _real_value(value) and (looks_secret(keyword, value) or any(c.isdigit() for c in value)):
+            spans.append((match.start(2), match.start(2) + len(value)))
+    return spans
+
+
+def _pem(text: str) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    begin = _PEM_BEGIN.search(text)
+    while begin is not None:
+        end = _PEM_END.search(text, begin.end())
+        stop = end.end() if end is not None else len(text)
+        spans.append((begin.start(), stop))
+        begin = _PEM_BEGIN.search(text, stop)
+    return spans
+
+
+def _random_runs(text: str) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    for match in _CANDIDATE.finditer(text):
+        run = match[0].rstrip(".")  # the full stop of a sentence is not part of the token
+        if len(run) > MAX_TOKEN or not looks_random(run):
+            continue
+        parts = [(m.start(), m.end()) for m in _PART.finditer(run) if looks_random(m[0])]
+        if len(parts) == 0 or (len(parts) == 1 and parts[0] == (0, len(run))):
+            spans.append((match.start(), match.start() + len(run)))
+        else:  # in a path or URL, only the random parts
+            spans.extend((match.start() + a, match.start() + b) for a, b in parts)
+    return spans
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        elif end > start:
+            merged.append((start, end))
+    return merged
+
+
+def secret_spans(text: str) -> list[tuple[int, int]]:
+    """Sorted, disjoint ``(start, end)`` spans of the credentials written in ``text``."""
+    if len(text) < 6:
+        return []
+    spans = [match.span() for match in _SHAPES.finditer(text)]
+    spans += [match.span(1) for match in _SCHEME.finditer(text) if _scheme_credential(match[1])]
+    spans += [match.span(1) for match in _URL_PASSWORD.finditer(text)]
+    spans += _assignments(text) + _pem(text) + _random_runs(text)
+    if not spans and looks_secret("", text):
+        stripped = text.strip()
+        start = text.index(stripped) if stripped else 0
+        spans.append((start, start + len(stripped)))
+    return _merged(spans)
+
+
+def _scheme_credential(value: str) -> bool:
+    """After ``Bearer``/``token``: a credential, not a word (``token expired``)."""
+    if value.isalpha() and len(value) < 20:
+        return False
+    return _real_value(value) and value != REDACTED
+
+
+def redact_spans(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` with each span replaced by ``[REDACTED]``."""
+    parts: list[str] = []
+    cursor = 0
+    for start, end in spans:
+        parts.extend((text[cursor:start], REDACTED))
+        cursor = end
+    parts.append(text[cursor:])
+    return "".join(parts)
+
+
+def holds_secret(keyword: str, value: object) -> bool:
+    """``looks_secret``, or a credential written inside any string of ``value``."""
+    if looks_secret(keyword, value):
+        return True
+    stack: list[object] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if secret_spans(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(cast("dict[object, object]", item).keys())
+            stack.extend(cast("dict[object, object]", item).values())
+        elif isinstance(item, list | tuple):
+            stack.extend(cast("list[object]", item))
+    return False
