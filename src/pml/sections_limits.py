@@ -10,6 +10,8 @@ auth_failures_per_minute = 30.0     # failed API keys per source address; then 4
 auth_failure_burst = 10
 capabilities_per_project = 50000    # active capabilities in one org/project; 0: no quota
 pending_workflows_per_user = 100    # workflows waiting for a person or a client; 0: no quota
+trusted_proxies = []                # proxies whose X-Forwarded-For names the client
+                                    #   (addresses or networks; "*": every peer)
 
 A tenant is the (org, project, user) triple an API key fixes (on stdio: the config's scope
 and the local user). ``BUSY`` and ``RATE_LIMITED`` carry ``retryAfterS``; over HTTP a rate
@@ -18,7 +20,9 @@ limit is answered 429 with ``Retry-After``.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import ipaddress
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_QUEUE = 10_000
 MAX_RATE = 1_000_000.0
@@ -37,6 +41,21 @@ class LimitsSettings(BaseModel):
     auth_failure_burst: int = Field(default=10, ge=1, le=1_000_000)
     capabilities_per_project: int = Field(default=50_000, ge=0)
     pending_workflows_per_user: int = Field(default=100, ge=0)
+    trusted_proxies: list[str] = Field(default_factory=list[str], max_length=256)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxy_addresses(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if item == "*":
+                continue
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"not an IP address or network: {item[:80]!r} (or '*': every peer)"
+                ) from None
+        return value
 
     def workers_per_tenant(self, pool_size: int) -> int:
         """The most workers one tenant holds at once in a pool of ``pool_size``."""

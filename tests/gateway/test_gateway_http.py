@@ -26,6 +26,7 @@ from pml.gateway.keys import ApiKeys
 from pml.gateway.server import Gateway
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityDraft
+from pml.sections_limits import LimitsSettings
 
 pytestmark = pytest.mark.anyio
 
@@ -100,8 +101,11 @@ PROTECTED = [
 
 
 async def test_requests_without_a_valid_key_get_401_and_nothing_else(
-    served: Served, upstreams: dict[str, Upstream]
+    gateway: Gateway, upstreams: dict[str, Upstream]
 ) -> None:
+    # The address's budget of failed keys covers every attempt here, so each is a 401;
+    # past it they are 429 (tests/web/test_rate_limits.py).
+    room = LimitsSettings(auth_failure_burst=len(BAD_AUTHORIZATIONS) * len(PROTECTED))
     call = {
         "jsonrpc": "2.0",
         "id": 2,
@@ -109,7 +113,10 @@ async def test_requests_without_a_valid_key_get_401_and_nothing_else(
         "params": {"name": "a__echo", "arguments": {}},
     }
     refused: list[tuple[str | None, str, str]] = []
-    async with httpx.AsyncClient(timeout=TIMEOUT) as http:
+    async with (
+        running_http(gateway, limits=room) as url,
+        httpx.AsyncClient(timeout=TIMEOUT) as http,
+    ):
         for authorization in BAD_AUTHORIZATIONS:
             for method, path in PROTECTED:
                 headers = {key.encode(): value.encode() for key, value in MCP_HEADERS.items()}
@@ -117,7 +124,7 @@ async def test_requests_without_a_valid_key_get_401_and_nothing_else(
                     headers[b"Authorization"] = authorization.encode()
                 response = await http.request(
                     method,
-                    f"{served.url}{path}",
+                    f"{url}{path}",
                     headers=headers,
                     json=call if method == "POST" else None,
                 )

@@ -12,7 +12,10 @@ logged (``pml.telemetry.logs``).
 Every request except ``GET /health``, ``GET /ready`` and the dashboard's pages (which sign
 people in with a session cookie) needs ``Authorization: Bearer <api key>``
 (``pml.web.auth``). The key's digest becomes the MCP session owner, so a session opened
-with one key cannot be used with another.
+with one key cannot be used with another. ``[limits]`` rate limits apply there too
+(``pml.limits.edge``: per key, and per source address for failed keys; 429 with
+``Retry-After``). The source address is the socket peer; uvicorn reads ``X-Forwarded-For``
+only from the proxies ``[limits] trusted_proxies`` names (none by default).
 """
 
 from __future__ import annotations
@@ -43,7 +46,9 @@ from pml.gateway.notify import ToolListNotifier
 from pml.gateway.readiness import readiness
 from pml.gateway.reload import ReloadSource, reloading
 from pml.gateway.server import Gateway, open_gateway
+from pml.limits.edge import RequestLimits
 from pml.registry.scope import Principal
+from pml.sections_limits import LimitsSettings
 from pml.storage.catalog_repo import CatalogStore
 from pml.telemetry import tracing
 from pml.telemetry.logs import AccessLogMiddleware, AsgiScope
@@ -123,10 +128,12 @@ def create_app(
     authenticate: Authenticate | None = None,
     host: str = "127.0.0.1",
     fast_lane: bool = True,
+    limits: LimitsSettings | None = None,
 ) -> Starlette:
     """The HTTP app: ``/mcp``, ``/health``, ``/ready``, ``/metrics``, the REST API and the
-    dashboard, behind API keys (``ApiKeys``); ``fast_lane=False`` sends every MCP request
-    the SDK's way (``pml.gateway.http_lane``)."""
+    dashboard, behind API keys (``ApiKeys``) and their rate limits (``limits``, default
+    the gateway's ``[limits]``); ``fast_lane=False`` sends every MCP request the SDK's way
+    (``pml.gateway.http_lane``)."""
     if authenticate is None:
         from pml.gateway.keys import ApiKeys
 
@@ -165,6 +172,12 @@ def create_app(
         authenticate=authenticate,
         owner=_session_owner,
         metrics_token=gateway.settings.telemetry.metrics_token,
+        limits=RequestLimits(
+            limits if limits is not None else gateway.settings.limits,
+            auditor=gateway.policy.audit,
+            # An unknown key belongs to no one: its AUTH_FAILED goes to the deployment's scope.
+            audit_scope=gateway.default_scope,
+        ),
     )
     app.add_middleware(AccessLogMiddleware, caller=_access_caller)  # outside: sees refusals
     if tracing.active():  # a client's traceparent header parents the request's spans
@@ -253,10 +266,15 @@ def base_url(sock: socket.socket) -> str:
 
 @asynccontextmanager
 async def _serving(
-    app: Starlette, sock: socket.socket, notifier: ToolListNotifier
+    app: Starlette,
+    sock: socket.socket,
+    notifier: ToolListNotifier,
+    trusted_proxies: list[str] | None = None,
 ) -> AsyncGenerator[_Uvicorn]:
     """uvicorn on ``sock`` in the background; asks it to stop when the block ends. Clients'
-    listen streams are ended when it stops (``notifier.end_streams``)."""
+    listen streams are ended when it stops (``notifier.end_streams``). ``X-Forwarded-For``
+    and ``X-Forwarded-Proto`` are read only from ``trusted_proxies`` (uvicorn would trust
+    loopback peers by default, letting any local client choose its address)."""
     config = uvicorn.Config(
         app,
         log_config=None,  # uvicorn's own lines go through the process's logging ([log])
@@ -264,6 +282,8 @@ async def _serving(
         lifespan="on",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         server_header=False,
+        proxy_headers=bool(trusted_proxies),
+        forwarded_allow_ips=list(trusted_proxies or ()),
     )
     server = _Uvicorn(config, stopping=notifier.end_streams)
     notifier.resume_streams()
@@ -285,11 +305,16 @@ async def running_http(
     *,
     authenticate: Authenticate | None = None,
     fast_lane: bool = True,
+    limits: LimitsSettings | None = None,
 ) -> AsyncGenerator[str]:
-    """Serve ``gateway`` in the background; yields the base URL (``port=0``: a free port)."""
+    """Serve ``gateway`` in the background; yields the base URL (``port=0``: a free port).
+    ``limits`` replaces the gateway's ``[limits]`` for this app (tests)."""
+    limits = limits if limits is not None else gateway.settings.limits
     with contextlib.closing(listen_socket(host, port)) as sock:
-        app = create_app(gateway, authenticate=authenticate, host=host, fast_lane=fast_lane)
-        async with _serving(app, sock, gateway.server.notifier):
+        app = create_app(
+            gateway, authenticate=authenticate, host=host, fast_lane=fast_lane, limits=limits
+        )
+        async with _serving(app, sock, gateway.server.notifier, limits.trusted_proxies):
             yield base_url(sock)
 
 
@@ -318,7 +343,8 @@ async def serve_http(
             answering_status(announcement, gateway),  # pml status asks it (control.py)
         ):
             app = create_app(gateway, authenticate=authenticate, host=host)
-            async with _serving(app, sock, gateway.server.notifier) as server:
+            proxies = settings.limits.trusted_proxies
+            async with _serving(app, sock, gateway.server.notifier, proxies) as server:
                 if ready is not None:
                     ready(base_url(sock))
                 await server.stopped.wait()  # uvicorn stops on SIGINT/SIGTERM

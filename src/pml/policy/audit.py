@@ -16,7 +16,8 @@ sink is optional; a failed write is logged once and retried on the next flush.
 Bounded, never silent: when the queue (or a sink's backlog) is full, the oldest events are
 dropped, one warning is logged, and an ``AUDIT_DROPPED`` event per scope says how many.
 
-Coalescing: a ``POLICY_DENIED`` or ``PERMISSION_DENIED`` identical to one written less than
+Coalescing: a ``POLICY_DENIED``, ``PERMISSION_DENIED`` or ``AUTH_FAILED`` (a failed API key,
+per source address) identical to one written less than
 ``coalesce_window_s`` ago (same scope, actor, decided_by and details) is not written again;
 when its window closes (or the log stops) one more event is written with
 ``details.repeated`` = the number swallowed.
@@ -49,7 +50,7 @@ from pml.storage.database import Database
 logger = logging.getLogger(__name__)
 
 AUDIT_DROPPED: Final = "AUDIT_DROPPED"
-COALESCED_EVENTS: Final = frozenset({"POLICY_DENIED", "PERMISSION_DENIED"})
+COALESCED_EVENTS: Final = frozenset({"POLICY_DENIED", "PERMISSION_DENIED", "AUTH_FAILED"})
 EVENT_NAME: Final = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 MAX_PENDING: Final = 10_000
 MAX_WINDOWS: Final = 1_000

@@ -14,10 +14,17 @@ given, names the session owner for the MCP layer (``scope["user"]``).
 constant time), marked ``request.state.pml_metrics_scraper``; the route itself refuses
 other keys than admin ones (``pml.web.metrics``). Every refusal is counted
 (``pml_auth_failures_total``).
+
+With ``limits`` (``pml.limits.edge.RequestLimits``), the rate limits apply here, to every
+request the key check sees (``/mcp``, the HTTP lane's calls included, and ``/api``): an
+address that failed too often is answered ``429`` before its key is read; each failed key
+takes a token of its address and is audited (``AUTH_FAILED``); a valid key over its rate
+gets ``429`` with ``Retry-After`` and ``RATE_LIMITED`` (``pml.limits.refusal``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import logging
 import re
@@ -30,6 +37,9 @@ from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as AsgiScope
 
 from pml.errors import Unauthorized
+from pml.limits.addresses import peer_address
+from pml.limits.edge import RequestLimits
+from pml.limits.refusal import too_many_requests
 from pml.registry.scope import Principal, Scope
 from pml.telemetry.metrics import count_auth_failure
 
@@ -66,12 +76,14 @@ class ApiKeyMiddleware:
         open_paths: frozenset[str] = OPEN_PATHS,
         owner: Owner | None = None,
         metrics_token: str | None = None,
+        limits: RequestLimits | None = None,
     ) -> None:
         self.app = app
         self.authenticate = authenticate
         self.open_paths = open_paths
         self.owner = owner
         self.metrics_token = metrics_token.encode("utf-8") if metrics_token else None
+        self.limits = limits
 
     async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -88,9 +100,16 @@ class ApiKeyMiddleware:
         if is_dashboard_path(path):  # signs in with a cookie, never with a bearer key
             await self.app(scope, receive, send)
             return
+        limits = self.limits
+        address = peer_address(scope) if limits is not None else ""
+        if limits is not None and (refusal := limits.address_refusal(address)) is not None:
+            await too_many_requests(path, refusal)(scope, receive, send)
+            return
         token, problem = bearer_token(scope)
         if token is None:
             count_auth_failure("missing" if problem == MISSING_KEY else "malformed")
+            if limits is not None:
+                limits.key_failed(address)
             await unauthorized(problem)(scope, receive, send)
             return
         if path == METRICS_PATH and self._is_metrics_token(token):
@@ -107,8 +126,15 @@ class ApiKeyMiddleware:
         principal = as_principal(found)
         if principal is None:
             count_auth_failure("invalid")
+            if limits is not None:
+                limits.key_failed(address)
             await unauthorized("Invalid or revoked API key")(scope, receive, send)
             return
+        if limits is not None:
+            refusal = limits.key_refusal(principal.key_id or _digest(token))
+            if refusal is not None:
+                await too_many_requests(path, refusal)(scope, receive, send)
+                return
         state: dict[str, Any] = dict(scope.get("state") or {})
         state[SCOPE_STATE_KEY] = principal.scope
         state[PRINCIPAL_STATE_KEY] = principal
@@ -120,6 +146,11 @@ class ApiKeyMiddleware:
     def _is_metrics_token(self, token: str) -> bool:
         expected = self.metrics_token
         return expected is not None and hmac.compare_digest(token.encode("utf-8"), expected)
+
+
+def _digest(token: str) -> str:
+    """A key's limiter name when its authenticator gave no key id (never the key itself)."""
+    return "sha256:" + hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
 def as_principal(found: object) -> Principal | None:
