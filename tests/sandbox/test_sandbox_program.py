@@ -12,9 +12,10 @@ from pml.sandbox.program import prepare
 
 
 def test_a_snippet_without_mcp_gets_no_prelude() -> None:
-    program = prepare("x = 1\nreturn x", max_code_bytes=1000)
+    # Without ``return``/``raise``/``assert`` there is no size guard either (test_bounds_*).
+    program = prepare("x = 1\ny = [x]", max_code_bytes=1000)
     assert program.offset == 0
-    assert program.source == "x = 1\nreturn x\nreturn None\n"
+    assert program.source == "x = 1\ny = [x]\nreturn None\n"
     assert (program.user_line(1), program.user_line(2), program.user_line(3)) == (1, 2, None)
 
 
@@ -38,8 +39,8 @@ def test_tool_error_and_shadowed_builtins_only_when_named() -> None:
 
 
 def test_windows_and_old_mac_newlines_count_as_lines() -> None:
-    program = prepare("a = 1\r\nb = 2\rreturn a + b", max_code_bytes=1000)
-    assert program.source == "a = 1\nb = 2\nreturn a + b\nreturn None\n"
+    program = prepare("a = 1\r\nb = 2\rc = a + b", max_code_bytes=1000)
+    assert program.source == "a = 1\nb = 2\nc = a + b\nreturn None\n"
     assert program.user_lines == 3
 
 

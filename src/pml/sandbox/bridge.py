@@ -1,15 +1,19 @@
 """The host side of one run: tool calls from the snippet, printed output, and aborting.
 
-A :class:`RunBridge` lives for one run. The sandbox reaches it through two callbacks:
-:meth:`RunBridge.call` (the ``_pml_call`` host function behind ``mcp``) and
-:meth:`RunBridge.on_print` (the print sink, called from a pydantic-monty thread). It
+A :class:`RunBridge` lives for one run. The sandbox reaches it through :meth:`RunBridge.call`
+(the ``_pml_call`` host function behind ``mcp``), :meth:`RunBridge.on_print` (the print
+sink, called from a pydantic-monty thread) and the two size guards of
+:mod:`pml.sandbox.guards` (:meth:`RunBridge.result_too_large`,
+:meth:`RunBridge.error_too_long`: a value too large to cross, reported instead). It
 
 - checks each call (keyword arguments only, JSON arguments) and counts it against
   ``max_tool_calls`` *before* the caller sees it;
 - turns a ``SnippetToolError`` into the snippet's ``ToolError``;
-- on a ``PmlError`` from the caller, or a refused call, or too much printed output, records
-  the error in :attr:`RunBridge.failure` and cancels the run (the engine raises it, even if
-  the snippet caught what it saw);
+- on a ``PmlError`` from the caller, or a refused call, or too much printed output, or a
+  guard's report, records the error in :attr:`RunBridge.failure` and cancels the run (the
+  engine raises it, even if the snippet caught what it saw);
+- keeps at most ``max_result_bytes`` of printed output (the worker sends it in chunks of
+  at most 8 KB, so no more than that crosses past the limit before the run stops);
 - cancels tool calls still in flight when the run ends (:meth:`RunBridge.settle`):
   pydantic-monty runs them as separate tasks that would otherwise outlive the run.
 
@@ -29,14 +33,15 @@ from __future__ import annotations
 import asyncio
 import binascii
 import logging
-from typing import Any, cast
+from typing import Any, TypeGuard, cast
 
 import anyio
 
 from pml.config import SandboxSettings
-from pml.errors import InternalError, LimitExceeded, PmlError
+from pml.errors import ExecutionFailed, InternalError, LimitExceeded, PmlError
 from pml.sandbox.base import SnippetToolError, ToolCaller, ToolRef
 from pml.sandbox.jsonvalue import NotJsonError, json_value
+from pml.sandbox.truncate import bounded_text, error_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +49,10 @@ logger = logging.getLogger(__name__)
 SETTLE_TIMEOUT_S = 2.0
 
 _ABORTED = "the run was stopped"
+# Printed chunks kept before they are joined (each small string costs ~50 bytes besides
+# its text: a flood of tiny prints must not cost more than the text it keeps).
+_CHUNKS_BEFORE_JOIN = 256
+_MAX_TYPE_NAME = 100
 
 
 class RunBridge:
@@ -108,6 +117,42 @@ class RunBridge:
             self._loop.call_soon_threadsafe(self._cancel_run)
             return
         self._chunks.append(text)
+        if len(self._chunks) > _CHUNKS_BEFORE_JOIN:
+            self._chunks = ["".join(self._chunks)]
+
+    async def result_too_large(self, size: object, exact: object) -> None:
+        """Guard report (host function): the snippet returned ``size`` bytes of JSON
+        (at least, unless ``exact``) — more than ``max_result_bytes``; the value stays in
+        the sandbox."""
+        limit = self._limits.max_result_bytes
+        if not _is_count(size) or size <= limit:
+            raise TypeError("the result guard was misused")
+        if exact is True:
+            message = f"Result size {size} bytes exceeds the limit of {limit} bytes"
+        else:
+            message = f"Result size exceeds the limit of {limit} bytes (at least {size} bytes)"
+        self.abort(LimitExceeded(message, limit="max_result_bytes"))
+        raise RuntimeError(_ABORTED)
+
+    async def error_too_long(
+        self, exception_type: object, head: object, total: object, line: object
+    ) -> None:
+        """Guard report (host function): the snippet raised ``exception_type`` on snippet
+        line ``line`` with a message of ``total`` characters, of which ``head`` crossed;
+        the run fails with ``EXECUTION_FAILED`` and the message cut to the error bound."""
+        if not isinstance(exception_type, str) or not isinstance(head, str):
+            raise TypeError("the error guard was misused")
+        if not _is_count(total) or total < len(head) or not _is_count(line):
+            raise TypeError("the error guard was misused")
+        kind = exception_type[:_MAX_TYPE_NAME] or "Exception"
+        where = f" (line {line})"
+        message = bounded_text(
+            f"{kind}: {head}",
+            error_bytes(self._limits) - len(where),
+            more_chars=total - len(head),
+        )
+        self.abort(ExecutionFailed(message + where, exception_type=kind, line=line))
+        raise RuntimeError(_ABORTED)
 
     async def call(self, namespace: object, name: object, args: object, kwargs: object) -> Any:
         """The ``_pml_call`` host function: one tool call from the snippet."""
@@ -157,6 +202,10 @@ class RunBridge:
             scope.cancel()
         with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_TIMEOUT_S):
             await self._drained.wait()
+
+
+def _is_count(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _tool_ref(namespace: object, name: object) -> ToolRef:

@@ -16,6 +16,11 @@ a crashed worker                               ``ExecutionFailed`` (exception_ty
                                                ``WorkerCrashed``)
 =============================================  ========================================
 
+Messages are bounded (``pml.sandbox.truncate``): a snippet's exception message longer than
+the error bound is cut with a ``[truncated: N more characters]`` marker. The sandbox's guard
+already keeps long messages from crossing (``pml.sandbox.guards``); this is the host's own
+check for whatever crosses anyway.
+
 Example::
 
     >>> execution_failed("ZeroDivisionError", "division by zero", 3).message
@@ -40,6 +45,7 @@ from pml.errors import (
 )
 from pml.sandbox.base import SnippetToolError
 from pml.sandbox.program import Program
+from pml.sandbox.truncate import MAX_ERROR_BYTES, bounded_text, error_bytes, utf8_size
 
 MAX_RECURSION_DEPTH = 1000
 """Frames a snippet may nest (Monty's default, made explicit)."""
@@ -55,11 +61,18 @@ def timeout_error(limits: SandboxSettings) -> ExecutionTimeout:
     )
 
 
-def execution_failed(exception_type: str, message: str, line: int | None) -> ExecutionFailed:
-    """``ExecutionFailed`` for an exception the snippet raised (and did not catch)."""
-    text = f"{exception_type}: {message}" if message else exception_type
-    if line is not None:
-        text = f"{text} (line {line})"
+def execution_failed(
+    exception_type: str, message: str, line: int | None, *, max_bytes: int = MAX_ERROR_BYTES
+) -> ExecutionFailed:
+    """``ExecutionFailed`` for an exception the snippet raised (and did not catch), its
+    message cut to ``max_bytes``."""
+    where = "" if line is None else f" (line {line})"
+    if message:  # bounded before it is copied into the whole text
+        prefix = f"{exception_type}: "
+        room = max_bytes - utf8_size(prefix) - len(where)
+        text = prefix + bounded_text(message, max(room, 0)) + where
+    else:
+        text = exception_type + where
     return ExecutionFailed(text, exception_type=exception_type, line=line)
 
 
@@ -70,12 +83,18 @@ def translate(
     tool_errors: Sequence[SnippetToolError],
 ) -> PmlError:
     """The ``PmlError`` for a failed feed (see the module table)."""
+    max_bytes = error_bytes(limits)
     if isinstance(error, monty.MontyCrashedError):
         if error.timed_out:
             return timeout_error(limits)
-        return execution_failed("WorkerCrashed", f"the sandbox worker died: {error}", None)
+        return execution_failed(
+            "WorkerCrashed", f"the sandbox worker died: {error}", None, max_bytes=max_bytes
+        )
     if isinstance(error, monty.MontyTypingError | monty.MontyConversionError):
-        return ExecutionFailed(str(error), exception_type=type(error.exception()).__name__)
+        return ExecutionFailed(
+            bounded_text(str(error), max_bytes),
+            exception_type=type(error.exception()).__name__,
+        )
     exception = error.exception()
     message = str(exception)
     frames = _frames(error)
@@ -101,8 +120,8 @@ def translate(
             limit="host_round_trips",
         )
     if isinstance(exception, binascii.Incomplete):
-        return _tool_error(message, line, tool_errors)
-    return execution_failed(type(exception).__name__, message, line)
+        return _tool_error(message, line, tool_errors, max_bytes)
+    return execution_failed(type(exception).__name__, message, line, max_bytes=max_bytes)
 
 
 def _frames(error: monty.MontyError) -> list[monty.Frame]:
@@ -126,7 +145,7 @@ def _syntax_error(message: str, frames: Sequence[monty.Frame], program: Program)
     for frame in frames:
         line = program.user_line(frame.line)
         if line is not None:
-            column = frame.column
+            column = program.user_column(line, frame.column)
             break
     if line is None or column is None:
         return CodeSyntaxError(f"Syntax error: {message}", line=None, column=None)
@@ -136,10 +155,12 @@ def _syntax_error(message: str, frames: Sequence[monty.Frame], program: Program)
 
 
 def _tool_error(
-    message: str, line: int | None, tool_errors: Sequence[SnippetToolError]
+    message: str, line: int | None, tool_errors: Sequence[SnippetToolError], max_bytes: int
 ) -> PmlError:
     for failed in reversed(tool_errors):
         if failed.message == message:
-            return ToolCallError(f"Tool {failed.tool} failed: {message}", tool=failed.tool)
+            prefix = f"Tool {failed.tool} failed: "
+            text = prefix + bounded_text(message, max(max_bytes - utf8_size(prefix), 0))
+            return ToolCallError(text, tool=failed.tool)
     # The snippet raised ToolError itself.
-    return execution_failed("ToolError", message, line)
+    return execution_failed("ToolError", message, line, max_bytes=max_bytes)

@@ -13,8 +13,9 @@ Its only way out is ``mcp``, which crosses to :class:`~pml.sandbox.bridge.RunBri
 
 Limits (``SandboxSettings``): wall time by a host deadline around the feed (time spent in
 tool calls included) and Monty's own feed/sleep limits; memory, recursion depth and host
-round trips by Monty's ``ResourceLimits``; tool calls, printed output, and result size by
-the host.
+round trips by Monty's ``ResourceLimits``; tool calls and printed output by the host;
+result size and exception messages first inside the sandbox (:mod:`pml.sandbox.guards`:
+a value too large never crosses to the gateway), then again by the host.
 
 Example::
 
@@ -44,6 +45,7 @@ from pml.errors import ExecutionFailed, InternalError, InvalidInput, LimitExceed
 from pml.sandbox.base import RunOutcome, TenantKey, ToolCaller
 from pml.sandbox.bridge import RunBridge
 from pml.sandbox.failures import MAX_RECURSION_DEPTH, timeout_error, translate
+from pml.sandbox.guards import ERROR_TOO_LONG, MAX_RESULT_INPUT, RESULT_TOO_LARGE
 from pml.sandbox.jsonvalue import NotJsonError, json_size, json_value
 from pml.sandbox.program import BRIDGE, Program, prepare
 from pml.telemetry import observe
@@ -119,7 +121,7 @@ class MontyEngine:
         del tenant
         started = time.perf_counter()
         program = prepare(code, max_code_bytes=limits.max_code_bytes)
-        inputs = {"args": _checked_args(args)}
+        inputs = {"args": _checked_args(args), MAX_RESULT_INPUT: limits.max_result_bytes}
         pool = await self._started()
         bridge = RunBridge(caller, limits, asyncio.get_running_loop())
         try:
@@ -156,7 +158,11 @@ class MontyEngine:
                     return await session.feed_run(
                         program.source,
                         inputs=inputs,
-                        external_lookup={BRIDGE: bridge.call},
+                        external_lookup={
+                            BRIDGE: bridge.call,
+                            RESULT_TOO_LARGE: bridge.result_too_large,
+                            ERROR_TOO_LONG: bridge.error_too_long,
+                        },
                         print_callback=bridge.on_print,
                     )
                 except monty.MontyError as error:

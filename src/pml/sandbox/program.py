@@ -14,8 +14,11 @@ prelude is put in front of it and ``return None`` after it:
   has no exception subclasses, so it is ``binascii.Incomplete`` (which nothing in the
   sandbox raises) under that name.
 - ``eval``, ``exec``, ``compile``, when named: stand-ins that raise ``NameError``.
+- the size guards of :mod:`pml.sandbox.guards` (results and exception messages are
+  measured inside the sandbox); names starting with ``_pml`` are refused in snippets.
 
-Line numbers the sandbox reports are shifted back by :attr:`Program.offset`.
+Line numbers the sandbox reports are shifted back by :attr:`Program.offset`, columns by
+:meth:`Program.user_column`.
 
 Example::
 
@@ -23,9 +26,7 @@ Example::
     >>> program.offset > 0, program.user_lines
     (True, 1)
     >>> program.source.splitlines()[program.offset]
-    "return await mcp.fs.read(path=args['p'])"
-    >>> prepare("return 1", max_code_bytes=1000).offset
-    0
+    "return _pml_result((await mcp.fs.read(path=args['p'])))"
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 
 from pml.analysis.code_hash import parse_snippet
 from pml.errors import CodeTooLarge, ExecutionFailed
+from pml.sandbox.guards import Guarded, guarded, reserved_name
 
 BRIDGE = "_pml_call"
 PROGRAM_CACHE_SIZE = 128
@@ -108,11 +110,16 @@ class Program:
     source: str
     offset: int
     user_lines: int
+    guards: Guarded | None = None
 
     def user_line(self, line: int) -> int | None:
         """The snippet line of a source line, or ``None`` inside the prelude/epilogue."""
         user = line - self.offset
         return user if 1 <= user <= self.user_lines else None
+
+    def user_column(self, line: int, column: int) -> int:
+        """The snippet's column of ``column`` on snippet line ``line`` (guards indent it)."""
+        return column if self.guards is None else self.guards.user_column(line, column)
 
 
 def prepare(code: str, *, max_code_bytes: int) -> Program:
@@ -132,12 +139,27 @@ def _prepare(code: str, max_code_bytes: int) -> Program:
     code = code.replace("\r\n", "\n").replace("\r", "\n")
     tree = parse_snippet(code)
     names, attributes = _scan(tree)
+    _check_reserved(tree)
     prelude = _prelude(names, attributes)
+    guards = guarded(code)
+    if guards is not None:  # else the host-side checks stand alone
+        prelude, code = prelude + guards.functions, guards.code
     return Program(
         source=f"{prelude}{code}\nreturn None\n",
         offset=prelude.count("\n"),
         user_lines=code.count("\n") + 1,
+        guards=guards,
     )
+
+
+def _check_reserved(tree: ast.Module) -> None:
+    found = reserved_name(tree)
+    if found is not None:
+        name, line = found
+        message = f"name '{name}' is reserved (names starting with _pml are PML's)"
+        raise ExecutionFailed(
+            f"NameError: {message} (line {line})", exception_type="NameError", line=line
+        )
 
 
 def _scan(tree: ast.Module) -> tuple[set[str], set[str]]:
