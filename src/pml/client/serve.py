@@ -101,13 +101,16 @@ def build_connect_server(
 @asynccontextmanager
 async def open_runner(settings: Settings, llm_api_key: str | None) -> AsyncGenerator[LocalRunner]:
     """This machine's servers, sandbox and enforcement point, as a ``LocalRunner``."""
-    from pml.sandbox.monty import MontyEngine
+    from pml.sandbox.fair import fair_engine
 
     db = await Database.open(settings.database_url)
     try:
         registry = CapabilityRegistry(db, routing=routing_rules(settings))
         pool = default_pool(settings, db)
-        engine = MontyEngine()
+        scope = scope_of(settings)
+        engine = fair_engine(  # its one user: queued beyond the pool, BUSY beyond the queue
+            settings.sandbox, settings.limits, only_tenant=(scope.org, scope.project, scope.user)
+        )
         try:
             await pool.start(wait=False)  # the agent's initialize never waits for them
             async with (
@@ -119,7 +122,7 @@ async def open_runner(settings: Settings, llm_api_key: str | None) -> AsyncGener
                     engine=engine,
                     registry=registry,
                     limits=settings.sandbox,
-                    scope=scope_of(settings),
+                    scope=scope,
                     policy=policy.enforcer,
                 )
         finally:

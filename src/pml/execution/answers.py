@@ -94,6 +94,7 @@ def success_answer(
         "created": created,
         "routing": routing,
         "executionTimeMs": round(ms, 3),
+        "waitMs": round(outcome.wait_ms, 3),  # of it, waiting for a sandbox worker
     }
     if isinstance(capability, CapabilityRecord) and capability.deprecation is not None:
         answer |= capability.deprecation

@@ -394,4 +394,5 @@ class ExecuteService:
         caller = RunCaller(
             plan, budget, pool=self._pool, nested=nested, chain=chain, policy=self._policy
         )
-        return await self._engine.run(code, args=args, caller=caller, limits=budget.limits())
+        limits, tenant = budget.limits(), (scope.org, scope.project, scope.user)
+        return await self._engine.run(code, args=args, caller=caller, limits=limits, tenant=tenant)

@@ -93,9 +93,9 @@ async def open_executor(
     from pml.execution.recorder import UsageRecorder
     from pml.execution.service import ExecuteService
     from pml.execution.trace_ingest import TraceIngest
-    from pml.sandbox.monty import MontyEngine
+    from pml.sandbox.fair import fair_engine
 
-    engine = MontyEngine()
+    engine = fair_engine(settings.sandbox, settings.limits)  # workers shared between tenants
     try:
         async with UsageRecorder(db) as recorder:
             service = ExecuteService(

@@ -58,12 +58,15 @@ class ToolCaller(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class RunOutcome:
-    """A successful run: the returned value (JSON), printed lines, how many tool calls."""
+    """A successful run: the returned value (JSON), printed lines, how many tool calls, how
+    long it ran and how long it waited for a worker before (``wait_ms``, counted against
+    its time limit)."""
 
     value: Any
     logs: list[str] = field(default_factory=list[str])
     tool_calls: int = 0
     duration_ms: float = 0.0
+    wait_ms: float = 0.0
 
 
 class SandboxEngine(Protocol):

@@ -199,6 +199,9 @@ class StepMetrics:
             registry=r,
             buckets=LONG_BUCKETS,
         )
+        self.sandbox_busy = Counter(
+            "pml_sandbox_busy", "Runs refused BUSY: their tenant's queue was full", registry=r
+        )
         self.auth_failures = _counter(
             r, "pml_auth_failures", "HTTP requests refused for their key", ["reason"]
         )
@@ -269,6 +272,9 @@ class StepMetrics:
 
     def _sandbox_wait(self, step: Step) -> None:
         self.sandbox_queue.dec()
+        if step.outcome == "BUSY":  # refused, not waited for: no wait to count
+            self.sandbox_busy.inc()
+            return
         self.sandbox_wait_seconds.observe(step.duration_s)
 
     # -- what the edges count --------------------------------------------------------------
