@@ -27,7 +27,7 @@ from pml.analysis.code_hash import parse_snippet
 from pml.analysis.credentials import looks_secret
 from pml.analysis.folding import folded_text, is_compound
 from pml.analysis.lifting import Parameter
-from pml.analysis.secret_comments import comments
+from pml.analysis.secret_comments import UnreadableComments, comments
 from pml.analysis.secret_params import names_a_key
 from pml.analysis.secret_text import holds_secret, secret_spans
 from pml.errors import InvalidInput
@@ -103,10 +103,17 @@ def _in_tree(tree: ast.Module) -> Finding | None:
     return min(found, key=lambda finding: finding.line) if found else None
 
 
-def find_secret(code: str) -> Finding | None:
-    """The first credential-looking text in ``code`` (see the module doc), or ``None``."""
+def find_secret(code: str, *, read_comments: bool = True) -> Finding | None:
+    """The first credential-looking text in ``code`` (see the module doc), or ``None``.
+
+    ``read_comments=False`` skips the comments (for code whose comments were just redacted).
+    """
     tree = parse_snippet(code)
-    in_comments = [Finding(c.line, "a comment") for c in comments(code) if secret_spans(c.text)]
+    try:
+        found = comments(code) if read_comments else []
+    except UnreadableComments:  # unknown comments may hold anything
+        return Finding(1, "comments that could not be read")
+    in_comments = [Finding(c.line, "a comment") for c in found if secret_spans(c.text)]
     in_code = _in_tree(tree)
     candidates = [*in_comments, *([in_code] if in_code else [])]
     return min(candidates, key=lambda finding: finding.line) if candidates else None
@@ -124,9 +131,11 @@ def schema_secret(parameters: Iterable[Parameter]) -> str | None:
     return None
 
 
-def check_stored(code: str, parameters: Iterable[Parameter]) -> None:
+def check_stored(
+    code: str, parameters: Iterable[Parameter], *, read_comments: bool = True
+) -> None:
     """``InvalidInput`` when the code to store, or its parameters, still hold a credential."""
-    finding = find_secret(code)
+    finding = find_secret(code, read_comments=read_comments)
     if finding is not None:
         raise InvalidInput(
             f"a secret-looking text in {finding.what} cannot be moved out of the code: "

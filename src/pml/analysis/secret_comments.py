@@ -1,7 +1,8 @@
 """Comments of a snippet, and the edits that redact the credentials written in them.
 
 Comments never run, so a credential in one is not lifted into a parameter: it is replaced by
-``[REDACTED]`` in the stored code and the rest of the comment stays. Comments are found with
+``[REDACTED]`` in the stored code and the rest of the comment stays (a private key written
+over several comment lines is redacted up to its end marker). Comments are found with
 ``tokenize`` (a ``#`` inside a string is not a comment). The parser ends lines at ``\\n``,
 ``\\r\\n`` or a lone ``\\r``; ``tokenize`` does not know the lone ``\\r``, so it reads a copy
 where each lone ``\\r`` is a ``\\n`` (same length: every offset stays true).
@@ -24,11 +25,17 @@ import tokenize
 from dataclasses import dataclass
 
 from pml.analysis.lifting import Edit
-from pml.analysis.secret_text import redact_spans, secret_spans
+from pml.analysis.secret_text import PEM_BEGIN as _PEM_BEGIN
+from pml.analysis.secret_text import PEM_END as _PEM_END
+from pml.analysis.secret_text import REDACTED, redact_spans, secret_spans
 from pml.errors import InvalidInput
 
 _LONE_CR = re.compile(r"\r(?!\n)")
 _LINE_END = re.compile(r"\r\n|\n")
+
+
+class UnreadableComments(InvalidInput):
+    """``tokenize`` could not read code that ``ast`` parsed: its comments are unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +61,7 @@ def comments(code: str) -> list[Comment]:
                 row, column = token.start
                 found.append(Comment(token.string, starts[row - 1] + column, row))
     except (tokenize.TokenError, SyntaxError, IndexError, RecursionError, MemoryError):
-        raise InvalidInput(
+        raise UnreadableComments(
             "the comments of this code could not be read to keep secrets out of what is "
             "stored: remove the comments and send it again",
             field="code",
@@ -65,9 +72,26 @@ def comments(code: str) -> list[Comment]:
 def comment_edits(code: str) -> list[Edit]:
     """The edits that replace each credential written in a comment by ``[REDACTED]``."""
     edits: list[Edit] = []
+    in_key = False  # inside a private key written over several comment lines
     for comment in comments(code):
-        spans = secret_spans(comment.text)
+        text, end = comment.text, comment.start + len(comment.text)
+        if in_key:
+            closing = _PEM_END.search(text)
+            in_key = closing is None
+            kept = text[closing.end() :] if closing is not None else ""
+            edits.append(Edit(comment.start, end, f"# {REDACTED}{kept}"))
+            continue
+        spans = secret_spans(text)
+        begin = _PEM_BEGIN.search(text)
+        in_key = begin is not None and _PEM_END.search(text, begin.end()) is None
         if spans:
-            end = comment.start + len(comment.text)
-            edits.append(Edit(comment.start, end, redact_spans(comment.text, spans)))
+            redacted = redact_spans(text, spans)
+            if secret_spans(redacted):  # redaction made a new token: not expected, but refuse
+                raise InvalidInput(
+                    "a secret-looking text in a comment could not be redacted: remove it "
+                    f"(line {comment.line})",
+                    field="code",
+                    line=comment.line,
+                )
+            edits.append(Edit(comment.start, end, redacted))
     return edits

@@ -1,11 +1,13 @@
 """Where the secrets are inside free text: comments, docstrings, f-string text (SPEC §6.1).
 
 ``looks_secret`` (``pml.analysis.credentials``) judges a whole value; text written for people
-holds a credential among ordinary words. ``secret_spans(text)`` finds the character spans to
-lift or redact: known key shapes (``sk-...``, ``ghp_...``, JWTs...), the credential after
-``Bearer``/``Basic``/``token``, a URL's password, the value of ``password=...`` or
-``api_key: ...``, PEM private keys (to their end marker), and random-looking runs of token
-characters (in a path, only the random part). When ``looks_secret`` takes the whole text for
+holds a credential among ordinary words. The audit's ``pml.policy.scrub`` redacts the same
+shapes from event text (a test keeps the two in agreement on comment-like text).
+``secret_spans(text)`` finds the character spans to lift or redact: known key shapes
+(``sk-...``, ``ghp_...``, JWTs...), the credential after ``Bearer``/``Basic``/``token``, a
+URL's password, the value of ``password=...`` or ``api_key: ...``, PEM private keys (to
+their end marker), and random-looking runs of token characters (in a path, only the random
+part). When ``looks_secret`` takes the whole text for
 a credential and no part stands out, the whole text (stripped) is the span.
 
 Every pattern runs in linear time; a run longer than 256 characters is data, not a token,
@@ -39,7 +41,7 @@ _SHAPES = re.compile(
     "|".join(
         [
             r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_\-]{16,}",
-            r"(?<![A-Za-z0-9])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}",
+            r"(?<![A-Za-z0-9])(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}",
             r"(?<![A-Za-z0-9])gh[pousr]_[A-Za-z0-9]{20,}",
             r"(?<![A-Za-z0-9])github_pat_[A-Za-z0-9_]{20,}",
             r"(?<![A-Za-z0-9])glpat-[A-Za-z0-9_\-]{20,}",
@@ -65,8 +67,8 @@ _ASSIGNMENT = re.compile(
     r"[\"']?[ \t]{0,3}[:=][ \t]{0,3}[\"']?"
     r"([^\s\"'&;,)}\]]{1,4096})"
 )
-_PEM_BEGIN = re.compile(r"-----BEGIN[A-Z ]{0,40}PRIVATE KEY-----")
-_PEM_END = re.compile(r"-----END[A-Z ]{0,40}PRIVATE KEY-----")
+PEM_BEGIN = re.compile(r"-----BEGIN[A-Z ]{0,40}PRIVATE KEY-----")
+PEM_END = re.compile(r"-----END[A-Z ]{0,40}PRIVATE KEY-----")
 _CANDIDATE = re.compile(r"[A-Za-z0-9+/=_\-.~]{20,}")
 _PART = re.compile(r"[^/\\?&=#:;@]+")
 _PLACEHOLDER = re.compile(
@@ -101,12 +103,12 @@ def _assignments(text: str) -> list[tuple[int, int]]:
 
 def _pem(text: str) -> list[tuple[int, int]]:
     spans: list[tuple[int, int]] = []
-    begin = _PEM_BEGIN.search(text)
+    begin = PEM_BEGIN.search(text)
     while begin is not None:
-        end = _PEM_END.search(text, begin.end())
+        end = PEM_END.search(text, begin.end())
         stop = end.end() if end is not None else len(text)
         spans.append((begin.start(), stop))
-        begin = _PEM_BEGIN.search(text, stop)
+        begin = PEM_BEGIN.search(text, stop)
     return spans
 
 

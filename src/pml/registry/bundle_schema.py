@@ -28,6 +28,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 from pml.analysis.code_hash import normalized_code_hash, parse_snippet
 from pml.analysis.credentials import looks_secret
 from pml.analysis.scan import scan_snippet
+from pml.analysis.secret_check import find_secret
 from pml.analysis.snippet import DEFAULT_MAX_CODE_BYTES
 from pml.errors import InvalidInput, InvalidName, PmlError
 from pml.registry.fqdn import FQDN_COMPONENT, is_fqdn, message_value
@@ -330,6 +331,9 @@ def secret_line(code: str) -> int | None:
             and looks_secret("", node.value)
         ):
             lines.append(node.lineno)
+    finding = find_secret(code)  # comments, f-string text, bytes, glued constants, names
+    if finding is not None:
+        lines.append(finding.line)
     return min(lines) if lines else None
 
 
