@@ -53,7 +53,8 @@ async def run_one(engine: SandboxEngine, code: str, tenant: TenantKey | None) ->
 class HeldEngine:
     """A fake inner engine: a run waits until the test finishes it (by its code), except
 
-    ``fail…`` (raises ``ExecutionFailed``), ``crash…`` (``RuntimeError``), ``slow…`` (runs
+    ``done…`` (returns at once), ``fail…`` (raises ``ExecutionFailed``), ``crash…``
+    (``RuntimeError``), ``slow…`` (runs
     its whole wall time then raises ``TIMEOUT``) and ``nest…`` (first runs ``inner-…``
     through ``outer``, the engine in front, as a nested capability run does)."""
 
@@ -85,6 +86,8 @@ class HeldEngine:
         self.running += 1
         self.most_running = max(self.most_running, self.running)
         try:
+            if code.startswith("done"):
+                return RunOutcome(value=code)
             if code.startswith("fail"):
                 raise ExecutionFailed("ValueError: no", exception_type="ValueError")
             if code.startswith("crash"):
@@ -113,7 +116,7 @@ class Runs:
     """Runs submitted to ``engine`` in a task group; ``outcomes`` by code once ended."""
 
     engine: FairEngine
-    inner: HeldEngine
+    inner: HeldEngine | None
     group: TaskGroup
     outcomes: dict[str, RunOutcome | BaseException] = field(
         default_factory=dict[str, RunOutcome | BaseException]
@@ -123,20 +126,22 @@ class Runs:
 
     @classmethod
     @asynccontextmanager
-    async def open(cls, engine: FairEngine, inner: HeldEngine) -> AsyncGenerator[Runs]:
+    async def open(cls, engine: FairEngine, inner: HeldEngine | None) -> AsyncGenerator[Runs]:
         async with anyio.create_task_group() as group:
             runs = cls(engine, inner, group)
             yield runs
             group.cancel_scope.cancel()
 
-    def submit(self, code: str, tenant: TenantKey | None, *, wall_s: float = 30.0) -> None:
-        self.group.start_soon(self._run, code, tenant, wall_s)
+    def submit(
+        self, code: str, tenant: TenantKey | None, *, wall_s: float = 30.0, source: str = ""
+    ) -> None:
+        """Run ``source`` (default: ``code``), its outcome kept as ``code``'s."""
+        self.group.start_soon(self._run, code, tenant, wall_s, source or code)
 
-    async def _run(self, code: str, tenant: TenantKey | None, wall_s: float) -> None:
-        limits = SandboxSettings(wall_time_s=wall_s)
+    async def _run(self, code: str, tenant: TenantKey | None, wall_s: float, source: str) -> None:
         try:
             self.outcomes[code] = await self.engine.run(
-                code, args={}, caller=NoCalls(), limits=limits, tenant=tenant
+                source, args={}, caller=NoCalls(), limits=wall(wall_s), tenant=tenant
             )
         except Exception as error:  # noqa: BLE001 (kept for the test to look at)
             self.outcomes[code] = error
@@ -156,6 +161,7 @@ class Runs:
 
     async def finish(self, *codes: str) -> None:
         """End these runs (they return) and let the freed workers be handed on."""
+        assert self.inner is not None
         for code in codes:
             self.inner.finish(code)
         await self.settle()
