@@ -81,15 +81,20 @@ class ChangeAnnouncer:
         """Call ``listener`` after every announced change."""
         self._listeners.append(listener)
 
-    async def announce(self, org: str, project: str, fqdn: str, kind: str) -> None:
+    async def announce(
+        self, org: str, project: str, fqdn: str, kind: str, *, notified: bool = False
+    ) -> None:
         """Announce a committed change; never raises (the write has happened whatever this
-        does, so failures are logged only)."""
+        does, so failures are logged only). ``notified``: the write's own statement already
+        sent the ``NOTIFY`` (a capture's one-statement creation), so only listeners here."""
         change = CapabilityChange(org, project, fqdn, kind, self.origin)
         for listener in list(self._listeners):
             try:
                 await listener(change)
             except Exception:  # a listener must not turn a committed write into an error
                 logger.exception("capability change listener failed (%s)", fqdn)
+        if notified:
+            return
         try:
             await self._db.notify(CHANGES_CHANNEL, change.to_payload())
         except PmlError as error:

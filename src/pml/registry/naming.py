@@ -19,10 +19,17 @@ from dataclasses import replace
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from pml.analysis.code_hash import normalized_code_hash
-from pml.errors import InvalidInput, NameTaken, NotFound, PermissionDenied
+from pml.errors import (
+    InvalidInput,
+    LimitExceeded,
+    NameTaken,
+    NotFound,
+    PermissionDenied,
+    StorageError,
+)
 from pml.registry.fqdn import fqdn_candidates, message_value
 from pml.registry.models import CapabilityDraft, CapabilityRecord
 from pml.registry.names import (
@@ -34,6 +41,12 @@ from pml.registry.names import (
 from pml.registry.routing import Routing
 from pml.registry.scope import Scope
 from pml.storage.capability_repo import SqlCapabilityRepository
+from pml.storage.capability_writes import (
+    NameHit,
+    existing_fqdns,
+    probe_names,
+    single_statements,
+)
 from pml.storage.database import Database
 
 TAG_PATTERN = re.compile(r"[A-Za-z0-9_:.-]{1,64}")
@@ -73,6 +86,16 @@ async def scoped_write(db: Database, scope: Scope) -> AsyncGenerator[SqlCapabili
         ) from error
 
 
+def quota_exceeded(scope: Scope, limit: int) -> LimitExceeded:
+    """``LIMIT_EXCEEDED`` for a project that holds ``limit`` capabilities already."""
+    return LimitExceeded(
+        f"Project {scope.key} already holds {limit} capabilities, its limit "
+        "(limits.capabilities_per_project): this code was not saved as a new capability",
+        limit="capabilities_per_project",
+        max=limit,
+    )
+
+
 def taken_message(name: str, scope: Scope) -> str:
     """The exact SPEC message for a name already used in a scope."""
     return f"Capability name '{name}' already exists in scope {scope.key}"
@@ -89,33 +112,31 @@ async def ensure_name_free(
     """``NAME_TAKEN`` unless ``name`` and its tool name are free (or already ``owner``'s).
 
     Display names and tool names share one namespace for resolution, so a display name may
-    not equal another record's tool name (``mcp__fs__read``) and the other way round.
+    not equal another record's tool name (``mcp__fs__read``) and the other way round. One
+    statement checks both names against display names, tool names and aliases.
     """
-    org, project = scope.org, scope.project
-    for found in (
-        await repo.name_owner(org, project, name),
-        await repo.tool_name_owner(org, project, tool_name),
-        await repo.tool_name_owner(org, project, name),
-        await repo.name_owner(org, project, tool_name),
-    ):
-        if found is not None and found != owner:
+    for hit in await probe_names(repo.conn, scope.org, scope.project, [name, tool_name]):
+        if isinstance(hit, NameHit) and hit.owner != owner:
             raise NameTaken(taken_message(name, scope))
 
 
 async def free_auto_name(
     repo: SqlCapabilityRepository, scope: Scope, namespace: str, code_hash: str
 ) -> tuple[str, str, str]:
-    """``(display_name, namespace, action)`` for an unnamed capability, longer on collision."""
-    for length in (8, 12, 16, 24, 32, 64):
-        prefix = code_hash[:length]
-        display_name, action = f"unnamed_{prefix}", f"exec_{prefix}"
-        if (
-            await repo.name_owner(scope.org, scope.project, display_name) is None
-            and await repo.tool_name_owner(
-                scope.org, scope.project, tool_name_for(namespace, action)
-            )
-            is None
-        ):
+    """``(display_name, namespace, action)`` for an unnamed capability, longer on collision
+    (every length is checked in one statement)."""
+    candidates = [
+        (f"unnamed_{code_hash[:length]}", f"exec_{code_hash[:length]}")
+        for length in (8, 12, 16, 24, 32, 64)
+    ]
+    tools = [tool_name_for(namespace, action) for _, action in candidates]
+    names = [display for display, _ in candidates]
+    hits = await probe_names(repo.conn, scope.org, scope.project, [*names, *tools])
+    held = {(hit.column, hit.name) for hit in hits if isinstance(hit, NameHit)}
+    for (display_name, action), tool in zip(candidates, tools, strict=True):
+        as_name = {("display_name", display_name), ("alias", display_name)}
+        as_tool = {("tool_name", tool), ("alias_tool_name", tool)}
+        if not (held & as_name) and not (held & as_tool):
             return display_name, namespace, action
     raise NameTaken(taken_message(auto_display_name(code_hash), scope))
 
@@ -123,11 +144,15 @@ async def free_auto_name(
 async def free_fqdn(
     repo: SqlCapabilityRepository, scope: Scope, namespace: str, action: str, code_hash: str
 ) -> str:
-    """The shortest FQDN (4 hex, longer only on collision) not used yet."""
-    for candidate in fqdn_candidates(scope.org, scope.project, namespace, action, code_hash):
-        text = str(candidate)
-        if not await repo.fqdn_exists(text):
-            return text
+    """The shortest FQDN (4 hex, longer only on collision) not used yet (one statement)."""
+    candidates = [
+        str(candidate)
+        for candidate in fqdn_candidates(scope.org, scope.project, namespace, action, code_hash)
+    ]
+    used = await existing_fqdns(repo.conn, candidates)
+    for candidate in candidates:
+        if candidate not in used:
+            return candidate
     raise NameTaken(f"No free FQDN for {namespace}.{action} in scope {scope.key}")
 
 
@@ -277,19 +302,39 @@ def check_code_hash(code: str, given: str | None) -> str:
     return given
 
 
-async def check_name_before_run(db: Database, scope: Scope, name: object, code_hash: str) -> str:
-    """``INVALID_NAME`` / ``NAME_TAKEN`` before running code to be captured as ``name``.
+async def check_name_before_run(
+    db: Database, scope: Scope, name: object, code_hash: str, *, quota: int = 0
+) -> str:
+    """``INVALID_NAME`` / ``NAME_TAKEN`` before running code to be captured as ``name``, and
+    ``LIMIT_EXCEEDED`` when it would be a new capability of a project at its ``quota``.
 
     A name already held by the capability of this very code is fine (running it again).
     Capture checks again, atomically; this spares running code whose capture must fail.
+    One statement asks for the names, the code's capability and the project's size.
     """
     valid = validate_name(name)
-    async with db.read() as conn:
-        repo = SqlCapabilityRepository(conn)
-        existing = await repo.find_by_code_hash(scope.org, scope.project, code_hash)
-        owner = existing.fqdn if existing is not None else None
-        # The tool name depends on the namespace capture picks; capture checks it then.
-        await ensure_name_free(repo, scope, valid, valid, owner=owner)
+    # The tool name depends on the namespace capture picks; capture checks it then.
+    try:
+        found = await probe_names(
+            single_statements(db),
+            scope.org,
+            scope.project,
+            [valid],
+            code_hash=code_hash,
+            quota=quota,
+        )
+    except (OSError, DBAPIError) as error:
+        raise StorageError(f"Database error: {error}") from error
+    owner = next(
+        (hit[1] for hit in found if not isinstance(hit, NameHit) and hit[0] == "code"), None
+    )
+    if any(isinstance(hit, NameHit) and hit.owner != owner for hit in found):
+        raise NameTaken(taken_message(valid, scope))
+    size = next(
+        (int(hit[1]) for hit in found if not isinstance(hit, NameHit) and hit[0] == "size"), 0
+    )
+    if owner is None and quota > 0 and size >= quota:
+        raise quota_exceeded(scope, quota)
     return valid
 
 

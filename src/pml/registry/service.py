@@ -22,9 +22,9 @@ from typing import Any
 
 from pml.errors import InvalidInput, NotFound
 from pml.policy.model import Auditor
-from pml.registry import naming
+from pml.registry import creation, naming
 from pml.registry.changes import UNNAMED_CAPTURE, ChangeAnnouncer, ChangeListener
-from pml.registry.fqdn import Fqdn, is_fqdn, message_value
+from pml.registry.fqdn import Fqdn, message_value
 from pml.registry.models import (
     CapabilityDraft,
     CapabilityRecord,
@@ -37,14 +37,8 @@ from pml.registry.models import (
     VersionRecord,
     Whois,
 )
-from pml.registry.names import (
-    namespace_from_tools,
-    split_display_name,
-    tool_name_for,
-    validate_name,
-)
+from pml.registry.names import validate_name
 from pml.registry.records import (
-    blank_record,
     check_ref,
     check_version_tag,
     current_version,
@@ -62,6 +56,7 @@ from pml.storage.capability_repo import (
     find_code_owner,
     resolve_reference,
 )
+from pml.storage.capability_writes import count_capabilities
 from pml.storage.database import Database
 from pml.storage.types import utc_now
 from pml.storage.usage_repo import CAPABILITY_SERVER_ID, SqlToolUsageRepository, ToolUsageSummary
@@ -80,9 +75,13 @@ class CapabilityRegistry:
         *,
         routing: RoutingRules | None = None,
         clock: Callable[[], datetime] = utc_now,
+        capabilities_per_project: int = 0,
     ) -> None:
         self._db = db
         self.routing = routing or RoutingRules()  # [routing]; a reload replaces it
+        # [limits] capabilities_per_project: active capabilities a project may hold (0: any).
+        # A capture past it is refused with LIMIT_EXCEEDED; a reload replaces it.
+        self.capabilities_per_project = capabilities_per_project
         self._clock = clock
         self._changes = ChangeAnnouncer(db)
         # Where renames are audited (``CAPABILITY_RENAMED``), when a policy pipeline runs.
@@ -169,14 +168,23 @@ class CapabilityRegistry:
     async def capture(
         self, scope: Scope, draft: CapabilityDraft, *, latency_ms: float
     ) -> CaptureResult:
-        """Record a successful run: the same normalised code in a scope is one capability."""
+        """Record a successful run: the same normalised code in a scope is one capability.
+
+        New code is first offered to one guarded statement (``insert_if_free``); only when
+        its first names are taken, the code was captured meanwhile or the project is at its
+        quota does the careful path run, under the scope's lock, and say which."""
         code_hash = naming.check_code_hash(draft.code, draft.code_hash)
-        draft = naming.checked_draft(draft)
-        latency_ms = naming.check_latency(latency_ms)
         name = validate_name(draft.name) if draft.name is not None else None
-        tags = naming.check_tags(draft.tags)
-        visibility = check_visibility(draft.visibility)
+        draft = replace(
+            naming.checked_draft(draft),
+            tags=naming.check_tags(draft.tags),
+            visibility=check_visibility(draft.visibility),
+        )
+        latency_ms = naming.check_latency(latency_ms)
         now = self._clock()
+        result = await self._create(scope, draft, code_hash, name, latency_ms, now)
+        if result is not None:
+            return result
         async with self.write(scope) as repo:
             existing = await repo.find_by_code_hash(scope.org, scope.project, code_hash)
             if existing is not None:
@@ -189,16 +197,20 @@ class CapabilityRegistry:
                 result = CaptureResult(record=record, created=False)
             else:
                 named_now = name is not None
-                record = await self._new_record(repo, scope, draft, code_hash, name, now)
-                record = replace(
-                    record,
-                    tags=tags,
-                    visibility=visibility,
-                    usage_count=1,
-                    success_count=1,
-                    total_latency_ms=latency_ms,
-                    last_used_at=now,
+                quota = self.capabilities_per_project
+                if (
+                    quota > 0
+                    and await count_capabilities(repo.conn, scope.org, scope.project, quota)
+                    >= quota
+                ):
+                    raise naming.quota_exceeded(scope, quota)
+                routing = await creation.routing_of(
+                    self.routing, draft.tools_used, draft.routing, creation.lookup_in(repo, scope)
                 )
+                record = await creation.free_record(
+                    repo, scope, draft, code_hash, name, routing, now
+                )
+                record = creation.first_use(record, draft, latency_ms, now)
                 await repo.insert_record(record)
                 await repo.insert_version(
                     version_of(record, change_summary=draft.change_summary or "created")
@@ -320,6 +332,14 @@ class CapabilityRegistry:
 
     # -- helpers -------------------------------------------------------------------------
 
+    def plain_routing(self, tools: Sequence[str], explicit: Routing | None) -> Routing:
+        """The routing of code using ``tools`` from the ``[routing]`` rules alone (the
+        capabilities it calls are not looked up)."""
+        return resolve_routing(
+            tools, cloud_patterns=self.routing.cloud, local_patterns=self.routing.local,
+            explicit=explicit,
+        )  # fmt: skip
+
     async def announce(self, scope: Scope, fqdn: str, kind: str) -> None:
         """Tell listeners here and in other processes that a capability of ``scope`` changed."""
         await self._changes.announce(scope.org, scope.project, fqdn, kind)
@@ -338,44 +358,27 @@ class CapabilityRegistry:
             decided_by = f"user:{scope.user}"
             self.auditor.emit(event, scope=scope, details=details, decided_by=decided_by)
 
-    async def _new_record(
+    async def _create(
         self,
-        repo: SqlCapabilityRepository,
         scope: Scope,
         draft: CapabilityDraft,
         code_hash: str,
         name: str | None,
+        latency_ms: float,
         now: datetime,
-    ) -> CapabilityRecord:
-        tools = list(draft.tools_used)
-        base_namespace = namespace_from_tools(tools)
-        if name is not None:
-            namespace, action = split_display_name(name, base_namespace)
-            display_name = name
-            await naming.ensure_name_free(repo, scope, name, tool_name_for(namespace, action))
-        else:
-            display_name, namespace, action = await naming.free_auto_name(
-                repo, scope, base_namespace, code_hash
-            )
-        fqdn = await naming.free_fqdn(repo, scope, namespace, action, code_hash)
-        blank = blank_record(scope, fqdn, now)
-        return replace(
-            blank,
-            display_name=display_name,
-            named=name is not None,
-            namespace=namespace,
-            action=action,
-            tool_name=tool_name_for(namespace, action),
-            code=draft.code,
-            code_hash=code_hash,
-            intent=draft.intent,
-            description=draft.description,
-            parameters_schema=draft.parameters_schema,
-            tools_used=tools,
-            routing=await self._routing_of(repo, scope, tools, draft.routing),
-            routing_override=draft.routing,
-            version_tag=check_version_tag(draft.version_tag),
-        )
+    ) -> CaptureResult | None:
+        """The guarded one-statement creation (None: it did not apply, see ``capture``)."""
+        quota, origin = self.capabilities_per_project, self.origin
+        record = await creation.create_if_free(
+            self._db, scope, draft, code_hash, name, latency_ms, now,
+            rules=self.routing, quota=quota, origin=origin,
+        )  # fmt: skip
+        if record is None:
+            return None
+        kind = "named" if name is not None else UNNAMED_CAPTURE
+        notified = self._db.dialect == "postgresql"  # the statement itself sent the NOTIFY
+        await self._changes.announce(scope.org, scope.project, record.fqdn, kind, notified=notified)
+        return CaptureResult(record=record, created=True)
 
     async def _routing_of(
         self,
@@ -384,16 +387,6 @@ class CapabilityRegistry:
         tools: Sequence[str],
         explicit: Routing | None,
     ) -> Routing:
-        capability_routing: dict[str, Routing] = {}
-        for ref in tools:
-            if is_fqdn(ref) or ref.startswith("mcp__"):
-                found = await repo.resolve_name(scope, ref)
-                if found is not None:
-                    capability_routing[ref] = found[0].routing
-        return resolve_routing(
-            tools,
-            cloud_patterns=self.routing.cloud,
-            local_patterns=self.routing.local,
-            explicit=explicit,
-            capability_routing=capability_routing,
+        return await creation.routing_of(
+            self.routing, tools, explicit, creation.lookup_in(repo, scope)
         )

@@ -1,0 +1,274 @@
+"""Capability creation in as few round trips as the backend allows, and one-statement checks.
+
+    hits = await probe_names(conn, org, project, ["fs:read", "mcp__fs__read"])
+    created = await insert_if_free(db, NewCapability(record, version, quota=50_000, ...))
+
+A capture of new code is one guarded insert: the record is written only if, in the same
+statement, its FQDN is unused, no active capability of the project has its code hash, its
+display name and tool name are nobody's display name, tool name or alias, and the project
+holds fewer capabilities than its quota. On PostgreSQL the version row, tag rows and the
+change notification ride in the same statement (data-modifying CTEs, autocommit: one round
+trip, atomic); on SQLite the version and tags follow in the same transaction. When the guard
+refuses (a name or FQDN in use, a quota reached, the code captured meanwhile) nothing is
+written and the caller takes the careful path, which says exactly why.
+
+A name probe (``probe_names``) answers "who holds any of these names, in any of the four
+columns that share the namespace" in one statement.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+import sqlalchemy as sa
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from pml.errors import StorageError
+from pml.registry.models import CapabilityRecord, VersionRecord
+from pml.storage.capability_queries import ACTIVE, RECORD_FIELDS
+from pml.storage.database import Database
+from pml.storage.tables import capability_aliases as aliases
+from pml.storage.tables import capability_records as records
+from pml.storage.tables import capability_tags as tags_table
+from pml.storage.tables import capability_version_tags as version_tags
+from pml.storage.tables import capability_versions as versions
+
+NameColumn = Literal["display_name", "alias", "tool_name", "alias_tool_name"]
+VERSION_FIELDS: tuple[str, ...] = VersionRecord.__slots__  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True, slots=True)
+class NameHit:
+    """``name`` is held by ``owner`` (an FQDN) in ``column``."""
+
+    column: NameColumn
+    name: str
+    owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class NewCapability:
+    """Everything one guarded creation writes, and what it must check first."""
+
+    record: CapabilityRecord
+    version: VersionRecord
+    quota: int = 0  # active capabilities per project; 0: none
+    notify: tuple[str, str] | None = None  # (channel, payload), PostgreSQL only
+
+
+def _owners(org: str, project: str, names: Sequence[str]) -> list[sa.Select[tuple[str, str, str]]]:
+    r, a = records.c, aliases.c
+    unique = list(dict.fromkeys(names))
+
+    def branch(column: NameColumn, source: Any, owner: Any, *where: Any) -> Any:
+        return sa.select(sa.literal(column).label("kind"), source.label("name"), owner).where(
+            *where, source.in_(unique)
+        )
+
+    own = (ACTIVE, r.org == org, r.project == project)
+    in_scope = (a.org == org, a.project == project)
+    return [
+        branch("display_name", r.display_name, r.fqdn.label("owner"), *own),
+        branch("tool_name", r.tool_name, r.fqdn.label("owner"), *own),
+        branch("alias", a.alias, a.target_fqdn.label("owner"), *in_scope),
+        branch("alias_tool_name", a.tool_name, a.target_fqdn.label("owner"), *in_scope),
+    ]
+
+
+def project_size(org: str, project: str, limit: int) -> sa.ScalarSelect[int]:
+    """How many active capabilities the project holds, counted up to ``limit`` (bounded)."""
+    r = records.c
+    held = (
+        sa.select(sa.literal(1).label("one"))
+        .where(ACTIVE, r.org == org, r.project == project, r.record_type == "capability")
+        .limit(limit)
+        .subquery()
+    )
+    return sa.select(sa.func.count()).select_from(held).scalar_subquery()
+
+
+def probe_statement(
+    org: str,
+    project: str,
+    names: Sequence[str],
+    *,
+    code_hash: str | None = None,
+    quota: int = 0,
+) -> sa.CompoundSelect[Any]:
+    """One statement: who holds any of ``names``; with ``code_hash``, the active capability
+    of that code (kind ``code``); with ``quota``, the project's bounded size (kind ``size``)."""
+    r = records.c
+    parts: list[Any] = _owners(org, project, names)
+    if code_hash is not None:
+        parts.append(
+            sa.select(sa.literal("code"), r.code_hash, r.fqdn).where(
+                ACTIVE, r.org == org, r.project == project, r.code_hash == code_hash
+            )
+        )
+    if quota > 0:
+        size = sa.cast(project_size(org, project, quota), sa.String())
+        parts.append(sa.select(sa.literal("size"), size, sa.literal("")))
+    return sa.union_all(*parts)
+
+
+async def probe_names(
+    conn: AsyncConnection | AsyncEngine,
+    org: str,
+    project: str,
+    names: Sequence[str],
+    *,
+    code_hash: str | None = None,
+    quota: int = 0,
+) -> list[NameHit | tuple[str, str]]:
+    """The rows of ``probe_statement``: a ``NameHit`` per name held, and ``("code", fqdn)`` /
+    ``("size", count)`` rows when asked for."""
+    statement = probe_statement(org, project, names, code_hash=code_hash, quota=quota)
+    if isinstance(conn, AsyncEngine):
+        async with conn.connect() as connection:
+            rows = (await connection.execute(statement)).all()
+    else:
+        rows = (await conn.execute(statement)).all()
+    found: list[NameHit | tuple[str, str]] = []
+    for row in rows:
+        kind, name, owner = (str(value) for value in cast("tuple[object, ...]", tuple(row)))
+        if kind == "code":
+            found.append(("code", owner))
+        elif kind == "size":
+            found.append(("size", name))
+        else:
+            found.append(NameHit(cast(NameColumn, kind), name, owner))
+    return found
+
+
+_AUTOCOMMIT: weakref.WeakKeyDictionary[Database, AsyncEngine] = weakref.WeakKeyDictionary()
+
+
+def single_statements(db: Database) -> AsyncEngine:
+    """``db``'s engine for statements that are their own transaction: autocommit on
+    PostgreSQL (no ``BEGIN``/``COMMIT`` round trips); SQLite's own engine otherwise."""
+    if db.dialect != "postgresql":
+        return db.engine
+    engine = _AUTOCOMMIT.get(db)
+    if engine is None:
+        engine = _AUTOCOMMIT[db] = db.engine.execution_options(isolation_level="AUTOCOMMIT")
+    return engine
+
+
+async def existing_fqdns(conn: AsyncConnection, candidates: Sequence[str]) -> set[str]:
+    """Which of ``candidates`` some record already uses (one statement)."""
+    query = sa.select(records.c.fqdn).where(records.c.fqdn.in_(list(candidates)))
+    return {str(fqdn) for fqdn in (await conn.execute(query)).scalars()}
+
+
+async def count_capabilities(conn: AsyncConnection, org: str, project: str, limit: int) -> int:
+    """The project's active capabilities, counted up to ``limit``."""
+    return int((await conn.execute(sa.select(project_size(org, project, limit)))).scalar_one())
+
+
+def _guard(new: NewCapability) -> list[sa.ColumnElement[bool]]:
+    record = new.record
+    r = records.c
+    names = [record.display_name, record.tool_name]
+    taken = sa.union_all(*_owners(record.org, record.project, names))
+    same_code = sa.select(r.fqdn).where(
+        ACTIVE, r.org == record.org, r.project == record.project, r.code_hash == record.code_hash
+    )
+    where = [
+        ~sa.exists(sa.select(r.fqdn).where(r.fqdn == record.fqdn)),
+        ~sa.exists(same_code),
+        ~sa.exists(taken.subquery().select()),
+    ]
+    if new.quota > 0:
+        where.append(project_size(record.org, record.project, new.quota) < new.quota)
+    return where
+
+
+def _literals(table: sa.Table, values: dict[str, Any]) -> list[sa.ColumnElement[Any]]:
+    return [
+        sa.literal(value, type_=table.c[name].type).label(name) for name, value in values.items()
+    ]
+
+
+def _guarded_record_insert(new: NewCapability) -> sa.Insert:
+    values = {name: getattr(new.record, name) for name in RECORD_FIELDS}
+    chosen = sa.select(*_literals(records, values)).where(*_guard(new))
+    return records.insert().from_select(list(values), chosen)
+
+
+def _version_values(version: VersionRecord) -> dict[str, Any]:
+    return {name: getattr(version, name) for name in VERSION_FIELDS}
+
+
+def _tag_rows(record: CapabilityRecord) -> list[dict[str, Any]]:
+    return [{"fqdn": record.fqdn, "tag": tag} for tag in dict.fromkeys(record.tags)]
+
+
+def _version_tag_row(record: CapabilityRecord) -> dict[str, Any] | None:
+    if record.version_tag is None:
+        return None
+    return {
+        "capability_fqdn": record.fqdn,
+        "version": record.version,
+        "tag": record.version_tag,
+        "created_by": record.updated_by,
+        "created_at": record.updated_at,
+    }
+
+
+def postgres_statement(new: NewCapability) -> sa.Select[Any, *tuple[Any, ...]]:
+    """The whole creation as one PostgreSQL statement; a row comes back iff it was written."""
+    created = _guarded_record_insert(new).returning(records.c.fqdn).cte("created")
+    follow: list[Any] = []
+
+    def rows_after(table: sa.Table, values: dict[str, Any], name: str) -> None:
+        rest = {
+            key: value for key, value in values.items() if key not in ("fqdn", "capability_fqdn")
+        }
+        key = "fqdn" if "fqdn" in values else "capability_fqdn"
+        chosen = sa.select(created.c.fqdn.label(key), *_literals(table, rest))
+        follow.append(table.insert().from_select([key, *rest], chosen).cte(name))
+
+    rows_after(versions, _version_values(new.version), "created_version")
+    for index, row in enumerate(_tag_rows(new.record)):
+        rows_after(tags_table, row, f"created_tag_{index}")
+    tag_row = _version_tag_row(new.record)
+    if tag_row is not None:
+        rows_after(version_tags, tag_row, "created_version_tag")
+    columns: list[Any] = [created.c.fqdn]
+    if new.notify is not None:
+        channel, payload = new.notify
+        columns.append(sa.func.pg_notify(channel, payload).label("notified"))
+    return sa.select(*columns).select_from(created).add_cte(*follow)
+
+
+async def insert_if_free(db: Database, new: NewCapability) -> bool:
+    """Create ``new`` if its guard holds (see the module); ``False``: nothing was written.
+
+    A unique index tripped by a concurrent writer is a ``False`` too.
+    """
+    try:
+        if db.dialect == "postgresql":
+            async with single_statements(db).connect() as conn:
+                row = (await conn.execute(postgres_statement(new))).first()
+            return row is not None
+        async with db.transaction() as conn:
+            written = await conn.execute(_guarded_record_insert(new))
+            if written.rowcount != 1:
+                return False
+            await conn.execute(versions.insert().values(_version_values(new.version)))
+            tag_rows = _tag_rows(new.record)
+            if tag_rows:
+                await conn.execute(tags_table.insert(), tag_rows)
+            tag_row = _version_tag_row(new.record)
+            if tag_row is not None:
+                await conn.execute(version_tags.insert().values(tag_row))
+            return True
+    except IntegrityError:
+        return False
+    except (OSError, DBAPIError) as error:
+        reason = " ".join(str(getattr(error, "orig", None) or error).split())
+        raise StorageError(f"Database error: {reason}") from error
