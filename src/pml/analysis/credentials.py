@@ -110,6 +110,7 @@ _DESCRIPTOR_WORDS = frozenset(
 _PLACEHOLDER_VALUES = frozenset(
     {"", "none", "null", "true", "false", "basic", "bearer", "digest", "oauth", "oauth2", "ntlm"}
     | {"negotiate", "jwt", "token", "apikey", "api_key", "api-key", "xxx", "***", "redacted"}
+    | {"[redacted]"}  # what redaction leaves
     | {"yes", "no", "on", "off", "enabled", "disabled", "required", "optional"}
 )
 # ``${VAR}``, ``$VAR``, ``<token>``, ``{{ token }}``, ``{token}``, ``%s``, ``%(token)s``.

@@ -61,8 +61,9 @@ class _Rewriter:
 
     def text(self, text: str, context: str) -> list[ast.expr]:
         spans = secret_spans(text)
-        if not spans and context and holds_secret(context, text):  # ``password = f"pw{n}"``
-            stripped = text.strip()
+        stripped = text.strip()
+        if not spans and len(stripped) >= 4 and context and holds_secret(context, text):
+            # ``password = f"hunter{n}"``: the text of a credential-named value
             start = text.index(stripped)
             spans = [(start, start + len(stripped))]
         pieces: list[ast.expr] = []

@@ -131,9 +131,7 @@ def schema_secret(parameters: Iterable[Parameter]) -> str | None:
     return None
 
 
-def check_stored(
-    code: str, parameters: Iterable[Parameter], *, read_comments: bool = True
-) -> None:
+def check_stored(code: str, parameters: Iterable[Parameter], *, read_comments: bool = True) -> None:
     """``InvalidInput`` when the code to store, or its parameters, still hold a credential."""
     finding = find_secret(code, read_comments=read_comments)
     if finding is not None:

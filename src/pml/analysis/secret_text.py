@@ -94,6 +94,8 @@ def _assignments(text: str) -> list[tuple[int, int]]:
     spans: list[tuple[int, int]] = []
     for match in _ASSIGNMENT.finditer(text):
         keyword, value = match[1], match[2].rstrip(_TRAILING)
+        if value.startswith(REDACTED[:-1]):  # already redacted
+            continue
         if keyword_words(keyword) == ["auth"] or not is_secret_keyword(keyword):
             continue
         if _real_value(value) and (looks_secret(keyword, value) or any(c.isdigit() for c in value)):
@@ -115,7 +117,7 @@ def _pem(text: str) -> list[tuple[int, int]]:
 def _random_runs(text: str) -> list[tuple[int, int]]:
     spans: list[tuple[int, int]] = []
     for match in _CANDIDATE.finditer(text):
-        run = match[0].rstrip(".")  # the full stop of a sentence is not part of the token
+        run = match[0].rstrip(".")
         if len(run) > MAX_TOKEN or not looks_random(run):
             continue
         parts = [(m.start(), m.end()) for m in _PART.finditer(run) if looks_random(m[0])]
@@ -126,9 +128,12 @@ def _random_runs(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def _merged(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     merged: list[tuple[int, int]] = []
-    for start, end in sorted(spans):
+    for start, found_end in sorted(spans):
+        end = found_end
+        while end > start and text[end - 1] == ".":  # a sentence's full stop, not the token's
+            end -= 1
         if merged and start <= merged[-1][1]:
             merged[-1] = (merged[-1][0], max(merged[-1][1], end))
         elif end > start:
@@ -148,7 +153,7 @@ def secret_spans(text: str) -> list[tuple[int, int]]:
         stripped = text.strip()
         start = text.index(stripped) if stripped else 0
         spans.append((start, start + len(stripped)))
-    return _merged(spans)
+    return _merged(text, spans)
 
 
 def _scheme_credential(value: str) -> bool:

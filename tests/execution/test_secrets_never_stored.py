@@ -1,0 +1,127 @@
+"""Secrets are never stored (SPEC §6.1), through a real SDK client, sandbox and SQLite file.
+
+A snippet holding credentials in a docstring, a comment, f-string text, a bytes literal,
+glued constants and a dict key runs as written; what the registry keeps (records, versions,
+traces, and every other table of the database file) holds none of them, and the capability,
+called again by name with the secrets as arguments, gives the same result.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from execution.conftest import SCOPE, Execute
+from gateway.upstreams import Upstream
+from pml.analysis.code_hash import parse_snippet
+
+pytestmark = pytest.mark.anyio
+
+GHP = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+SK = "sk-proj-Q8zT1lmX4vR7yN2kP9sJ3wB6"
+AKIA = "AKIAIOSFODNN7EXAMPLE"
+SECRETS = (GHP, SK, AKIA, GHP[4:], SK[8:])
+
+CODE = f'''"""Post a status with the deploy token {GHP}."""
+# the key is {SK} (rotate monthly)
+header = f"Bearer {SK}"
+raw = b"{AKIA}"
+glued = "ghp_" + "{GHP[4:]}"
+keys = {{"{AKIA}": "aws"}}
+r = await mcp.a.echo(text=header, raw=raw.decode(), glued=glued, keys=keys, n=args["n"])
+return r["args"]
+'''
+EXPECTED = {"text": f"Bearer {SK}", "raw": AKIA, "glued": GHP, "keys": {AKIA: "aws"}, "n": 1}
+
+SECOND = f"""# v2 reads the token from {GHP} no more
+token = "{SK[:8]}" "{SK[8:]}"
+r = await mcp.a.echo(text=f"token={{token}}", n=args["n"])
+return r["args"]
+"""
+
+
+def _database_text(url: str) -> str:
+    """Every value of every table of the SQLite file, as text (after the WAL is merged)."""
+    path = Path(sa.make_url(url).database or "")
+    connection = sqlite3.connect(path)
+    try:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        tables = [
+            row[0]
+            for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        ]
+        parts: list[str] = []
+        for table in tables:
+            for row in connection.execute(f'SELECT * FROM "{table}"'):
+                parts.extend(
+                    value.decode("latin-1") if isinstance(value, bytes) else str(value)
+                    for value in row
+                )
+        return "\n".join(parts)
+    finally:
+        connection.close()
+
+
+async def test_stored_code_versions_and_database_hold_no_secret_and_the_capability_runs(
+    execute: Execute, upstreams: dict[str, Upstream], sqlite_url: str
+) -> None:
+    created = await execute(code=CODE, args={"n": 1}, name="ops:post", intent="post a status")
+    assert created["status"] == "success", created
+    assert created["result"] == EXPECTED  # the snippet ran as written, secrets and all
+    assert upstreams["a"].calls[-1][1] == EXPECTED
+
+    record = await execute.record("ops:post")
+    stored = record.code or ""
+    parse_snippet(stored)
+    for secret in SECRETS:
+        assert secret not in stored
+    assert "[REDACTED]" in stored
+    schema = record.parameters_schema
+    assert set(schema["required"]) == {"n", "header", "raw", "glued"}
+    for name in ("header", "raw", "glued"):
+        assert "default" not in schema["properties"][name]
+
+    again = await execute(
+        capability="ops:post", args={"n": 1, "header": SK, "raw": AKIA, "glued": GHP}
+    )
+    assert again["status"] == "success", again
+    assert again["result"] == EXPECTED
+    assert again["created"] is False
+
+    missing = await execute.error(capability="ops:post", args={"n": 1})
+    assert missing["code"] == "INVALID_ARGS"
+
+    updated = await execute(code=SECOND, args={"n": 2}, name="ops:post", update=True)
+    assert updated["status"] == "success", updated
+    assert updated["result"] == {"text": f"token={SK}", "n": 2}
+    _, versions, _ = await execute.gateway.registry.history(SCOPE, "ops:post")
+    assert len(versions) == 2
+    for version in versions:
+        for secret in SECRETS:
+            assert secret not in (version.code or "")
+    newest = await execute(capability="ops:post", args={"n": 3, "token": SK})
+    assert newest["result"] == {"text": f"token={SK}", "n": 3}
+
+    await execute.gateway.executor.flush()
+    everything = _database_text(sqlite_url)
+    assert "ops:post" in everything  # the dump does read the registry
+    for secret in SECRETS:
+        assert secret not in everything
+
+
+async def test_code_whose_secret_cannot_move_is_refused_before_it_runs(
+    execute: Execute, upstreams: dict[str, Upstream]
+) -> None:
+    code = f'match args["kind"]:\n    case "{GHP}":\n        await mcp.a.echo(text="x")\nreturn 1\n'
+    error = await execute.error(code=code, args={"kind": "y"})
+    assert error["code"] == "INVALID_INPUT"
+    assert error["message"] == (
+        "a secret-looking text in a match pattern cannot be moved out of the code: "
+        "pass it in args instead (line 2)"
+    )
+    assert GHP not in str(error)
+    assert upstreams["a"].calls == []
+    assert await execute.stored() == {"records": 0, "versions": 0, "traces": 0}
