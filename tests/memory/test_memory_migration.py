@@ -41,7 +41,7 @@ async def test_upgrading_from_0012_adds_memories_and_keeps_capabilities(blank_ur
         registry = CapabilityRegistry(db)
         await registry.capture(scope, CapabilityDraft(code="return 13", intent="x"), latency_ms=1)
         await db.upgrade()
-        assert await db.current_revision() == "0013"
+        assert await db.current_revision() == "0014"
         assert "ix_memories_org_project_user_id_created_at" in await _indexes(db)
         fact, new = await MemoryStore(db).add(
             scope, "I prefer metric units", sensitivity="low", source="cli"

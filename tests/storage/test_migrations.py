@@ -35,7 +35,7 @@ def _differences(conn: sa.Connection) -> list[object]:
 async def test_a_blank_database_is_migrated_to_head_on_open(blank_url: str) -> None:
     db = await Database.open(blank_url)
     try:
-        assert await db.current_revision() == head_revision() == "0013"
+        assert await db.current_revision() == head_revision() == "0014"
         async with db.read() as conn:
             differences = await conn.run_sync(_differences)
         assert differences == []
@@ -463,7 +463,7 @@ async def test_upgrading_to_0012_adds_shared_mcp_sessions_and_keeps_capabilities
             count = await conn.execute(sa.select(sa.func.count()).select_from(mcp_sessions))
             sessions = count.scalar_one()
         assert "mcp_sessions" not in tables_before
-        assert await db.current_revision() == "0013"
+        assert await db.current_revision() == "0014"
         assert sessions == 1
         assert await store.find("a" * 64, idle_s=60) == record
         assert (await registry.list(scope, ListQuery())).total == 1

@@ -116,7 +116,7 @@ async def open_policy(
         db, audit, policy_version=policy_version(settings), stamp=grant_stamp_for(settings)
     )
     enforcer = build_enforcer(settings, audit, grants, llm)
-    workflows = WorkflowStateStore(db)
+    workflows = WorkflowStateStore(db, pending_per_user=settings.limits.pending_workflows_per_user)
     desk = ApprovalDesk(workflows, grants, audit, settings.permissions)
     approvals = ApprovalFlow(workflows, desk, enforcer, settings.permissions)
     purges: dict[str, Callable[[], Awaitable[int]]] = {

@@ -264,6 +264,8 @@ workflow_state = sa.Table(
     # An approval's decision: NULL while pending, then "approved" or "denied" (by a person).
     sa.Column("decision", sa.String(16), nullable=True),
     sa.Index(None, "expires_at"),
+    # a user's live waiting workflows, counted by [limits] pending_workflows_per_user
+    sa.Index(None, "org", "project", "user_id", "kind", "expires_at"),
 )
 
 audit_events = sa.Table(

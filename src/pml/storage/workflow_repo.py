@@ -12,6 +12,12 @@ now, client-routed learning contexts later (SPEC §9, §10).
     await store.decide("wf_1a2b", kind="approval", org="acme", project="web",
                        decision="approved", state={...})   # once: False if already decided
 
+Waiting workflows (``WAITING_KINDS``: runs paused for approval, runs handed to a PML client)
+count against ``pending_per_user`` (``[limits] pending_workflows_per_user``; 0: no quota):
+``put`` of one more for a user who already has that many live ones is ``LIMIT_EXCEEDED``
+and stores nothing (one count on the ``(org, project, user_id, kind, expires_at)`` index,
+in the same transaction as the insert).
+
 Expiry is enforced on every read (a row past ``expires_at`` is never returned, whether or
 not it has been purged yet). A state belongs to its org, project and user: any other caller
 sees nothing, exactly as if it did not exist, and cannot replace it. The state is stored
@@ -26,12 +32,12 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
-from pml.errors import InvalidInput
+from pml.errors import InvalidInput, LimitExceeded
 from pml.registry.scope import Scope
 from pml.storage.database import Database
 from pml.storage.tables import workflow_state
@@ -40,6 +46,14 @@ Clock = Callable[[], datetime]
 MAX_ID_CHARS = 64
 MAX_KIND_CHARS = 32
 _ENCODED = "json"
+# Workflows that wait for a person or a client: approval_desk.APPROVAL_KIND and
+# handoff.CLIENT_RUN_KIND (a trace ingest's claimed hand-off is being finished: not counted).
+WAITING_KINDS: Final = ("approval", "client_run")
+CLEAR_HINT: Final = (
+    "finish or withdraw some first: `pml approvals list` shows the approvals waiting (a "
+    "person decides them; continue_workflow with approved: false withdraws one), and a run "
+    "handed to your PML client ends when the client reports it or its workflow expires"
+)
 
 
 def utc_now() -> datetime:
@@ -61,15 +75,22 @@ class StoredWorkflow:
 class WorkflowStateStore:
     """``workflow_state`` rows for one database (SQLite or PostgreSQL)."""
 
-    def __init__(self, db: Database, *, clock: Clock = utc_now) -> None:
+    def __init__(self, db: Database, *, clock: Clock = utc_now, pending_per_user: int = 0) -> None:
         self._db = db
         self._clock = clock
+        self.pending_per_user = pending_per_user  # [limits] pending_workflows_per_user
+
+    async def pending(self, scope: Scope) -> int:
+        """How many live waiting workflows (``WAITING_KINDS``) ``scope``'s user has."""
+        async with self._db.read() as conn:
+            return int((await conn.execute(self._count_waiting(scope, None))).scalar_one())
 
     async def put(
         self, workflow_id: str, *, kind: str, scope: Scope, state: dict[str, Any], ttl_s: float
     ) -> datetime:
         """Store (or replace) ``scope``'s state; returns its expiry. An id or kind too long,
-        a state JSON cannot hold, or an id another caller holds is ``INVALID_INPUT``."""
+        a state JSON cannot hold, or an id another caller holds is ``INVALID_INPUT``; one more
+        waiting workflow than ``pending_per_user`` allows is ``LIMIT_EXCEEDED``."""
         for field, value, limit in (
             ("workflow_id", workflow_id, MAX_ID_CHARS),
             ("kind", kind, MAX_KIND_CHARS),
@@ -91,8 +112,12 @@ class WorkflowStateStore:
             "created_at": now,
             "expires_at": expires_at,
         }
+        quota = self.pending_per_user if kind in WAITING_KINDS else 0
         try:
             async with self._db.transaction() as conn:
+                if quota > 0:
+                    waiting = await conn.execute(self._count_waiting(scope, workflow_id))
+                    _check_quota(int(waiting.scalar_one()), quota)
                 await conn.execute(
                     sa.delete(workflow_state).where(*self._owned(workflow_id, scope))
                 )
@@ -269,6 +294,18 @@ class WorkflowStateStore:
             )
         return result.rowcount
 
+    def _count_waiting(self, scope: Scope, replaced: str | None) -> sa.Select[int]:
+        c = workflow_state.c
+        statement = sa.select(sa.func.count()).where(
+            c.org == scope.org,
+            c.project == scope.project,
+            c.user_id == scope.user,
+            c.kind.in_(WAITING_KINDS),
+            c.expires_at > self._clock(),
+        )
+        # a state replaced under its own id is not one more
+        return statement if replaced is None else statement.where(c.workflow_id != replaced)
+
     @staticmethod
     def _owned(workflow_id: str, scope: Scope) -> tuple[sa.ColumnElement[bool], ...]:
         return (
@@ -283,6 +320,17 @@ class WorkflowStateStore:
             *self._owned(workflow_id, scope),
             workflow_state.c.kind == kind,
             workflow_state.c.expires_at > self._clock(),
+        )
+
+
+def _check_quota(waiting: int, quota: int) -> None:
+    if waiting >= quota:
+        raise LimitExceeded(
+            f"Too many workflows waiting: you have {waiting} (max: {quota}, [limits] "
+            f"pending_workflows_per_user); nothing was stored. To go on, {CLEAR_HINT}.",
+            limit="pending_workflows_per_user",
+            max=quota,
+            pending=waiting,
         )
 
 

@@ -130,7 +130,7 @@ class ApiKeyMiddleware:
                 limits.key_failed(address)
             await unauthorized("Invalid or revoked API key")(scope, receive, send)
             return
-        if limits is not None:
+        if limits is not None and not _ends_a_session(scope):
             refusal = limits.key_refusal(principal.key_id or _digest(token))
             if refusal is not None:
                 await too_many_requests(path, refusal)(scope, receive, send)
@@ -146,6 +146,11 @@ class ApiKeyMiddleware:
     def _is_metrics_token(self, token: str) -> bool:
         expected = self.metrics_token
         return expected is not None and hmac.compare_digest(token.encode("utf-8"), expected)
+
+
+def _ends_a_session(scope: AsgiScope) -> bool:
+    """``DELETE /mcp``: ending an MCP session frees what a key holds; never rate-limited."""
+    return scope["method"] == "DELETE" and scope["path"] == "/mcp"
 
 
 def _digest(token: str) -> str:
