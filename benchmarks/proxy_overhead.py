@@ -141,7 +141,13 @@ async def via_pml(
     """A client of PML (stdio, or HTTP with a fresh key) whose only upstream is ``upstream``."""
     folder = workdir / transport
     folder.mkdir()
-    config = write_config(folder / "pml.toml", [upstream], database_url=sqlite_url(folder))
+    # thousands of calls from one key: the per-key rate limit ([limits]) would refuse them
+    config = write_config(
+        folder / "pml.toml",
+        [upstream],
+        database_url=sqlite_url(folder),
+        extra={"limits": {"key_rate_per_s": 0}},
+    )
     if transport == "stdio":
         async with pml_stdio(config, folder / "pml.log", mode=mode) as gateway:
             yield gateway.client

@@ -100,7 +100,12 @@ def _measure(count: int, args: argparse.Namespace, workdir: Path) -> dict[str, A
         time_server = Upstream(
             "time", str(python_server("mcp-server-time")), ("--local-timezone", "UTC")
         )
-        config = write_config(workdir / "pml.toml", [time_server], database_url=database_url)
+        config = write_config(
+            workdir / "pml.toml",
+            [time_server],
+            database_url=database_url,
+            extra={"limits": {"key_rate_per_s": 0}},  # load from one key: not rate-limited
+        )
         key = create_key(config, "bench", "replicas", "bench")["key"]
         with replicas_behind_haproxy(config, workdir, count=count) as cluster:
             figures = anyio.run(_load, cluster.mcp_url, key, args)
