@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
-from pml import __version__
+from pml import __version__, wire_json
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def opening_answer(line: bytes) -> tuple[int | str, dict[str, Any]] | None:
     if len(line) > MAX_OPENING_BYTES or b"jsonrpc" not in line:
         return None
     try:
-        decoded: object = json.loads(line)
+        decoded: object = wire_json.loads(line)  # deep nesting: a ValueError, never a crash
     except ValueError:
         return None
     message = _object(decoded)

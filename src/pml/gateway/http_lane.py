@@ -22,11 +22,13 @@ shapes it. A call still running after 15 s commits to ``text/event-stream`` with
 pings, as the SDK does. Cancellation: a 2026-07-28 client closes the stream; a session posts
 ``notifications/cancelled`` for a lane call (answered ``202``; the call gets ``-32800``).
 
-Everything else reaches the SDK untouched (the body is given back): other methods, a
-progress token or other ``_meta``, unknown tools, bodies that are not one JSON object or
-exceed the SDK's size limit, odd headers, sessions held elsewhere or not initialised, and
-calls that may ask the client something (a client declaring elicitation or sampling, for
-a pass-through tool or one that may wait for approval).
+A body nested more than ``MAX_JSON_DEPTH`` levels is refused first, whatever it is: HTTP 400
+with JSON-RPC's parse error (``pml.gateway.http_lane_depth``). Everything else reaches the SDK
+untouched (the body is given back): other methods, a progress token or other ``_meta``,
+unknown tools, bodies that are not one JSON object or exceed the SDK's size limit, odd
+headers, sessions held elsewhere or not initialised, and calls that may ask the client
+something (a client declaring elicitation or sampling, for a pass-through tool or one that
+may wait for approval).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from starlette.types import Receive, Scope, Send
 from pml.execution.clients import calling_as, client_from_headers
 from pml.gateway.client_asks import may_ask
 from pml.gateway.fast_lane import RequestId, dump_json, json_object, lane_call, result_message
+from pml.gateway.http_lane_depth import refused_too_deep
 from pml.gateway.http_lane_screen import (
     CALL_MARK,
     CANCEL_MARK,
@@ -125,18 +128,26 @@ class HttpCallLane:
     async def serve(self, scope: Scope, receive: Receive, send: Send, sdk: Asgi) -> None:
         """Answer the request here when it is a plain call, else hand it to ``sdk``."""
         caller = caller_of(scope)
-        if scope["type"] != "http" or scope["method"] != "POST" or caller is None:
+        if scope["type"] != "http" or scope["method"] != "POST":
             await sdk(scope, receive, send)
             return
         request = Request(scope)
-        if not plain_post(request) or self._declared_too_long(request):
+        if self._declared_too_long(request):
             await sdk(scope, receive, send)
             return
         read = await read_body(receive, self._max_body)
         replay = read.replayed(receive)
         body = read.data
+        if await refused_too_deep(read, send, self._max_body):  # before any parser
+            return
         too_long = len(body) > self._max_body
-        if not read.complete or too_long or (CALL_MARK not in body and CANCEL_MARK not in body):
+        if (
+            caller is None
+            or not plain_post(request)
+            or not read.complete
+            or too_long
+            or (CALL_MARK not in body and CANCEL_MARK not in body)
+        ):
             await sdk(scope, replay, send)
             return
         version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)

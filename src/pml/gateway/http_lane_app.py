@@ -4,7 +4,8 @@
     app.add_middleware(ApiKeyMiddleware, ...)      # every request authenticated first
 
 With ``tools``, plain ``tools/call`` POSTs are answered by the lane (``pml.gateway.http_lane``);
-without, every request takes the SDK's path (``SharedSessionManager``).
+without, every request takes the SDK's path (``SharedSessionManager``). Either way a body
+nested too deep is refused first (``pml.gateway.http_lane_depth``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from pml.gateway.http_lane import HttpCallLane, LaneEndpoint
+from pml.gateway.http_lane_depth import DepthGuard
 from pml.gateway.notify import ToolListNotifier
 from pml.gateway.shared_sessions import SharedSessionManager
 from pml.gateway.tools import GatewayTools
@@ -52,7 +54,9 @@ def mcp_app(
     endpoint: Any = StreamableHTTPASGIApp(manager)
     if tools is not None:
         lane = HttpCallLane(tools, manager, server_info=server.server_info_stamp, security=security)
-        endpoint = LaneEndpoint(lane, endpoint)
+        endpoint = LaneEndpoint(lane, endpoint)  # checks the depth of bodies first
+    else:
+        endpoint = DepthGuard(endpoint)
     return Starlette(
         routes=[Route("/mcp", endpoint=endpoint), *(routes or [])],
         lifespan=lambda _app: manager.run(),

@@ -12,20 +12,35 @@ fields are shown as optional ``X`` (several clients in use cannot follow ``$ref`
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from typing import Annotated, Any, Final, Literal, Self, cast
+from typing import Annotated, Any, Final, Literal, Self, TypeVar, cast
 
 import mcp_types
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from pml.errors import InvalidInput
 from pml.registry.routing import Routing
 from pml.registry.tools import HistoryParams, ListParams, LookupParams, RenameParams, WhoisParams
 from pml.registry.versions import normalise_tag
+from pml.wire_json import MAX_JSON_DEPTH, value_too_deep
 
+A = TypeVar("A")
 TEXT_MAX: Final = 10_000
 Text = Annotated[str, Field(min_length=1, max_length=TEXT_MAX)]
 # Text that is stored (an intent becomes the capability's): no NUL, which PostgreSQL refuses.
 StoredText = Annotated[str, Field(min_length=1, max_length=TEXT_MAX, pattern=r"^[^\x00]*$")]
+
+
+def within_depth(arguments: A) -> A:
+    """Tool ``arguments`` as given, or ``INVALID_INPUT`` when they nest more than
+    ``MAX_JSON_DEPTH`` levels (the arguments object is the first), checked without recursion
+    before anything walks them."""
+    if value_too_deep(arguments, MAX_JSON_DEPTH):
+        raise InvalidInput(
+            f"arguments are nested more than {MAX_JSON_DEPTH} levels deep", field="arguments"
+        )
+    return arguments
 
 
 class _Params(BaseModel):
@@ -297,3 +312,13 @@ STATIC_TOOLS: dict[str, mcp_types.Tool] = {
         ),
     )
 }
+
+
+def tool_wire(tool: mcp_types.Tool) -> str:
+    """``tool`` as the compact JSON text it is sent as."""
+    data = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+# The fixed tools as sent (the stdio lane splices them into its tools/list answers).
+STATIC_WIRE: Final = tuple(tool_wire(tool) for tool in STATIC_TOOLS.values())

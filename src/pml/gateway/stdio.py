@@ -36,6 +36,7 @@ from mcp.server import Server
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from pml import wire_json
 from pml.gateway.early_stdio import is_pipe
 
 logger = logging.getLogger(__name__)
@@ -148,6 +149,10 @@ async def serve_on_pipes(
                 if isinstance(line, _Overlong):
                     pipes.write_line(_error_line(mcp_types.PARSE_ERROR, str(line)))
                     continue
+                if wire_json.text_too_deep(line):  # before any parser (they recurse)
+                    logger.warning("stdio: a message nested too deep was refused")
+                    pipes.write_line(_error_line(mcp_types.PARSE_ERROR, wire_json.TOO_DEEP_MESSAGE))
+                    continue
                 if lane is not None and lane.take(line, tasks):
                     continue
                 try:
@@ -225,7 +230,7 @@ async def _skip_line(reader: asyncio.StreamReader, consumed: int) -> None:
 def _malformed_answer(line: bytes, error: ValueError) -> bytes:
     """JSON-RPC's answer to a line that is not JSON (parse error) or not a message."""
     try:
-        value: object = json.loads(line)
+        value: object = wire_json.loads(line)
     except ValueError:
         logger.warning("stdio: a line that is not JSON was answered with a parse error")
         return _error_line(mcp_types.PARSE_ERROR, "Parse error: the message is not JSON")
@@ -244,7 +249,10 @@ def _malformed_answer(line: bytes, error: ValueError) -> bytes:
 def _has_id(line: bytes) -> bool:
     if b'"id"' not in line:
         return False
-    value: object = json.loads(line)
+    try:
+        value: object = wire_json.loads(line)
+    except ValueError:
+        return False
     return isinstance(value, dict) and "id" in value
 
 

@@ -16,7 +16,6 @@ PML's run details under ``_meta["pml/capability"]``.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -28,7 +27,15 @@ from pml.errors import InternalError, InvalidInput, NotAvailable, NotFound, PmlE
 from pml.gateway.capability_tools import CapabilityToolCatalog
 from pml.gateway.paging import cursor_for, cursor_offset
 from pml.gateway.results import capability_result, error_result, json_result
-from pml.gateway.schemas import STATIC_TOOLS, CurateParams, DiscoverParams, ExecuteParams
+from pml.gateway.schemas import (
+    STATIC_TOOLS,
+    STATIC_WIRE,
+    CurateParams,
+    DiscoverParams,
+    ExecuteParams,
+    tool_wire,
+    within_depth,
+)
 from pml.policy.enforcer import PolicyEnforcer, RequestPolicy
 from pml.registry.fqdn import message_value
 from pml.registry.names import CAPABILITY_TOOL_PREFIX
@@ -160,7 +167,7 @@ class GatewayTools:
         if self._expose_upstream:
             await self._refresh(wait=True)
             items.extend(
-                _wire(upstream.definition.model_copy(update={"name": name}))
+                tool_wire(upstream.definition.model_copy(update={"name": name}))
                 for name, upstream in self._pass_through.items()
             )
         return self._page(items, cursor)
@@ -210,7 +217,7 @@ class GatewayTools:
         Same gate and errors as ``call_tool``: a failure is an ``isError`` result, never a raise.
         """
         try:
-            request = await self._authorize(scope, server, tool, arguments)
+            request = await self._authorize(scope, server, tool, within_depth(arguments))
         except PmlError as error:  # refused: never sent, not counted as a tool call
             return _as_json(error_result(error))
         started = time.perf_counter()
@@ -249,10 +256,11 @@ class GatewayTools:
         self, scope: Scope, name: str, arguments: Mapping[str, Any] | None
     ) -> mcp_types.CallToolResult:
         canonical = _canonical(name)
-        if canonical in self._cap_names:
-            return json_result(await self._cap_tools.call(canonical, scope, arguments))
         if canonical == "pml_execute" and self._executor is not None:
             return await self._execute(scope, arguments)
+        within_depth(arguments)
+        if canonical in self._cap_names:
+            return json_result(await self._cap_tools.call(canonical, scope, arguments))
         handler = self._handlers.get(canonical)
         if handler is not None:
             return json_result(await handler(scope, arguments))
@@ -310,7 +318,7 @@ class GatewayTools:
         """``pml_execute``: its answer, or ``{"status": "error", "error": ...}`` (SPEC §5)."""
         assert self._executor is not None
         try:
-            params = parse_params(ExecuteParams, arguments)
+            params = parse_params(ExecuteParams, within_depth(arguments))
             return json_result(await self._executor.execute(scope, params))
         except PmlError as error:
             return json_result({"status": "error", "error": error.to_dict()}, is_error=True)
@@ -366,14 +374,6 @@ class GatewayTools:
                 await listener()
             except Exception:  # a listener's failure must not stop the pool's refresh
                 logger.exception("tools-changed listener failed (server %s)", server)
-
-
-def _wire(tool: mcp_types.Tool) -> str:
-    data = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-
-
-STATIC_WIRE: Final = tuple(_wire(tool) for tool in STATIC_TOOLS.values())
 
 
 def _as_json(result: mcp_types.CallToolResult) -> dict[str, Any]:

@@ -49,6 +49,7 @@ from pml.upstream.messages import (
     unknown_server,
     unknown_tool,
 )
+from pml.upstream.results import check_result_depth
 from pml.upstream.session import ConnectionHooks, PoolChanges, Run
 from pml.upstream.status_report import StatusReporter
 from pml.upstream.transport import UpstreamTarget
@@ -352,6 +353,7 @@ class ClientPool:
             started = time.perf_counter()
             result = await send_call(conn, run, tool, args, timeout_s=timeout, send=send)
             latency_ms = (time.perf_counter() - started) * 1000
+            check_result_depth(server, tool, result)  # TOOL_ERROR, before anyone walks it
             return result
         finally:
             conn.release(run, latency_ms)

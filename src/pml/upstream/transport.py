@@ -41,6 +41,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from pml.config import ServerSettings
 from pml.upstream.events import NO_CALLBACKS, ClientCallbacks
+from pml.upstream.results_wire import readable
 from pml.upstream.stderr_lines import meaningful_line
 
 logger = logging.getLogger(__name__)
@@ -172,7 +173,7 @@ class _WatchedReadStream:
 
     async def receive(self) -> SessionMessage | Exception:
         try:
-            return await self._inner.receive()
+            return readable(await self._inner.receive())  # an answer too deep: an error
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._ended()
             raise

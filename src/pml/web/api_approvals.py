@@ -16,7 +16,6 @@ already decided is 409 ``ALREADY_DECIDED``. A body that is not ``{"approved": bo
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -24,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from pml import wire_json
 from pml.errors import Forbidden, InvalidInput, PmlError, Unauthorized
 from pml.execution.approval_desk import GRANT_LIFETIMES, ApprovalDesk, Decision
 from pml.registry.fqdn import message_value
@@ -67,7 +67,7 @@ async def _body(request: Request) -> dict[str, Any]:
     if len(raw) > MAX_BODY_BYTES:
         raise InvalidInput(f"Body too large (max {MAX_BODY_BYTES} bytes)", field="body")
     try:
-        data = json.loads(raw or b"null")
+        data = wire_json.loads(raw or b"null")
     except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deep
         raise InvalidInput("Body must be a JSON object", field="body") from None
     if not isinstance(data, dict):

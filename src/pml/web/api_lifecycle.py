@@ -35,7 +35,6 @@ naming those the key may see and counting the others.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any, Final
@@ -44,6 +43,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from pml import wire_json
 from pml.errors import Forbidden, InvalidInput, NameTaken
 from pml.registry.lifecycle import MAX_MESSAGE, CapabilityLifecycle
 from pml.registry.models import CapabilityRecord, VersionRecord
@@ -105,7 +105,7 @@ def parse_body(raw: bytes, what: str) -> dict[str, Any]:
     if len(raw) > MAX_BODY_BYTES:
         raise InvalidInput(f"Body too large (max {MAX_BODY_BYTES} bytes)", field="body")
     try:
-        data: object = json.loads(raw) if raw.strip() else {}
+        data: object = wire_json.loads(raw) if raw.strip() else {}
     except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deep
         raise InvalidInput("Body must be a JSON object", field="body") from None
     if not isinstance(data, dict):

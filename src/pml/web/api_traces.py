@@ -18,7 +18,6 @@ processed answers ``duplicate``).
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any, cast
 
@@ -26,6 +25,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from pml import wire_json
 from pml.errors import InternalError, InvalidInput, PmlError, Unauthorized
 from pml.execution.clients import client_from_headers
 from pml.execution.trace_ingest import MAX_TRACES, TraceIngest
@@ -57,7 +57,7 @@ async def _body(request: Request) -> bytes | None:
 
 def _traces_of(body: bytes) -> list[object]:
     try:
-        document: object = json.loads(body)
+        document: object = wire_json.loads(body)
     except (UnicodeDecodeError, ValueError, RecursionError):  # nested too deep: not a trace
         raise InvalidInput("The body is not JSON", field="traces") from None
     if not isinstance(document, dict):
