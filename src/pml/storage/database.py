@@ -31,6 +31,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, SQLAlchemy
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from pml.errors import ConfigError, StorageError
+from pml.storage.types import stored_json
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -109,14 +110,22 @@ def create_engine(url: str) -> AsyncEngine:
         database = target.database or ""
         if database not in {"", ":memory:"} and not database.startswith("file:"):
             create_private_file(Path(database).expanduser())
-        engine = create_async_engine(target, connect_args={"timeout": 30})
+        engine = create_async_engine(
+            target, connect_args={"timeout": 30}, json_deserializer=stored_json
+        )
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         event.listen(engine.sync_engine, "connect", _sqlite_explicit_transactions)
         event.listen(engine.sync_engine, "begin", _sqlite_begin)
         return engine
     # No pre-ping: it costs a round trip per checkout; a dropped connection is invalidated on
     # its first error and the pool reconnects, and recycling bounds a connection's age.
-    return create_async_engine(target, pool_size=10, max_overflow=20, pool_recycle=1800)
+    return create_async_engine(
+        target,
+        pool_size=10,
+        max_overflow=20,
+        pool_recycle=1800,
+        json_deserializer=stored_json,
+    )
 
 
 def create_private_file(path: Path) -> None:
@@ -187,7 +196,11 @@ def _inline_engine(engine: AsyncEngine) -> sa.Engine | None:
     url = engine.url
     if url.get_backend_name() != "sqlite" or (url.database or ":memory:") == ":memory:":
         return None
-    inline = sa.create_engine(url.set(drivername="sqlite+pysqlite"), poolclass=sa.pool.QueuePool)
+    inline = sa.create_engine(
+        url.set(drivername="sqlite+pysqlite"),
+        poolclass=sa.pool.QueuePool,
+        json_deserializer=stored_json,
+    )
     event.listen(inline, "connect", _sqlite_pragmas)
     return inline
 
