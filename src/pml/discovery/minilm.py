@@ -28,6 +28,7 @@ import importlib.util
 import logging
 import os
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol, cast
@@ -169,16 +170,21 @@ def _session(ort: Any, model_bytes: bytes, options: Any) -> tuple[Any, bool]:
     try:
         fused = int8_weights(model_bytes)
         if fused is not None:
-            session = ort.InferenceSession(
-                fused, sess_options=options, providers=["CPUExecutionProvider"]
-            )
-            return session, True
+            return _from_file(ort, fused, options), True
     except Exception as error:  # any failure: the shipped graph still works  # noqa: BLE001
         logger.warning("int8 weights dequantised in memory (fusing failed: %s)", error)
-    session = ort.InferenceSession(
-        model_bytes, sess_options=options, providers=["CPUExecutionProvider"]
-    )
-    return session, False
+    return _from_file(ort, model_bytes, options), False
+
+
+def _from_file(ort: Any, model: bytes, options: Any) -> Any:
+    """A session read from a private temporary file: given bytes, onnxruntime's Python
+    session keeps them for its life (23 MB that nothing reads again)."""
+    with tempfile.TemporaryDirectory(prefix="pml-model-") as directory:
+        path = Path(directory) / MODEL_FILE
+        path.write_bytes(model)
+        return ort.InferenceSession(
+            str(path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
 
 
 def release_freed_memory() -> None:

@@ -1,0 +1,117 @@
+"""What ``pml serve`` holds in memory: its own RSS after start, a discover and an execute.
+
+    python benchmarks/footprint.py [--embedder auto|hashing] [--executes 20]
+
+Starts ``pml serve --stdio`` as an MCP client does (the real SDK client in front) with one
+upstream server (``mcp-server-time``), then reads ``/proc/<pid>/status`` of the gateway
+process alone (not its upstream or sandbox children) after the first ``tools/list``, after
+a ``pml_discover`` (which builds the embedding model) and after ``--executes`` runs of
+``pml_execute``. Prints one JSON line:
+
+    {"embedder": "auto", "after_list_mb": 171.2, "after_discover_mb": 258.1,
+     "after_execute_mb": 261.8, "anon_mb": ..., "file_mb": ..., "children": {...}}
+
+Goal (issue "fair and bounded"): < 150 MB after a discover and an execute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+ROOT = Path(__file__).resolve().parents[1]
+PML = ROOT / ".venv" / "bin" / "pml"
+TIME_SERVER = ROOT / ".venv" / "bin" / "mcp-server-time"
+SETTLE_S = 1.5  # background work (the model built on first use, usage writes) settles
+
+
+def memory_mb(pid: int) -> dict[str, float]:
+    """VmRSS, RssAnon and RssFile of one process, in MB."""
+    found: dict[str, float] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "RssAnon", "RssFile"):
+            found[key] = round(int(value.split()[0]) / 1024, 1)
+    return found
+
+
+def children_mb(pid: int) -> dict[str, float]:
+    """The RSS of each child process (upstream servers, sandbox workers), by command."""
+    out = subprocess.run(
+        ["ps", "-o", "rss=,comm=", "--ppid", str(pid)], capture_output=True, text=True, check=False
+    )
+    found: dict[str, float] = {}
+    for line in out.stdout.splitlines():
+        rss, _, command = line.strip().partition(" ")
+        found[command] = round(found.get(command, 0.0) + int(rss) / 1024, 1)
+    return found
+
+
+def gateway_pid(config: Path) -> int:
+    out = subprocess.run(
+        ["pgrep", "-n", "-f", f"pml --config {config} serve"], capture_output=True, text=True
+    )
+    return int(out.stdout.split()[0])
+
+
+async def measure(directory: Path, embedder: str, executes: int) -> dict[str, Any]:
+    config = directory / "pml.toml"
+    config.write_text(
+        f'database_url = "sqlite:///{directory / "pml.db"}"\n'
+        '[scope]\norg = "bench"\nproject = "footprint"\n'
+        f'[discovery]\nembedder = "{embedder}"\n'
+        "[upstream]\nlist_wait_s = 60\n"
+        f'[servers.time]\ncommand = "{TIME_SERVER}"\n'
+    )
+    params = StdioServerParameters(
+        command=str(PML), args=["--config", str(config), "serve", "--stdio"], env=dict(os.environ)
+    )
+    report: dict[str, Any] = {"embedder": embedder, "executes": executes}
+    async with Client(params) as client:
+        await client.list_tools()
+        pid = gateway_pid(config)
+        await anyio.sleep(SETTLE_S)
+        report["after_list_mb"] = memory_mb(pid)["VmRSS"]
+        found = await client.call_tool("pml_discover", {"intent": "what time is it in Tokyo"})
+        if found.is_error:
+            raise SystemExit(f"pml_discover failed: {found.content}")
+        await anyio.sleep(SETTLE_S)
+        report["after_discover_mb"] = memory_mb(pid)["VmRSS"]
+        for index in range(executes):
+            code = f"return await mcp.time.get_current_time(timezone='Asia/Tokyo')  # {index % 3}"
+            ran = await client.call_tool("pml_execute", {"intent": "time in Tokyo", "code": code})
+            if ran.is_error:
+                raise SystemExit(f"pml_execute failed: {ran.content}")
+        await anyio.sleep(SETTLE_S)
+        final = memory_mb(pid)
+        report["after_execute_mb"] = final["VmRSS"]
+        report["anon_mb"], report["file_mb"] = final["RssAnon"], final["RssFile"]
+        report["children_mb"] = children_mb(pid)
+    report["goal_mb"] = 150
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--embedder", choices=["auto", "hashing"], default="auto")
+    parser.add_argument("--executes", type=int, default=20)
+    options = parser.parse_args()
+    if not TIME_SERVER.exists():
+        sys.exit(f"{TIME_SERVER} is missing: run make install")
+    with tempfile.TemporaryDirectory() as directory:
+        report = anyio.run(measure, Path(directory), options.embedder, options.executes)
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
