@@ -23,8 +23,12 @@ import json
 import math
 from typing import Any, cast
 
-# Deeper values are refused rather than walked (the walk is recursive, and so is ``json``).
-MAX_JSON_DEPTH = 256
+from pml import wire_json
+
+# Deeper values are refused rather than walked (the walk is recursive, and so is ``json``):
+# PML's one limit on nesting (``pml.wire_json``), so what a snippet sends or returns can be
+# read by every client and server (pydantic parses at most 200 levels).
+MAX_JSON_DEPTH = wire_json.MAX_JSON_DEPTH
 # ``json.dumps`` refuses integers of more than 4300 digits (CPython's int-to-str limit).
 _MAX_INT_BITS = 14_000
 
