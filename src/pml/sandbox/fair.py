@@ -38,12 +38,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, Final
 
 from pml.config import SandboxSettings
 from pml.errors import ExecutionTimeout, InvalidInput
 from pml.sandbox.base import RunOutcome, SandboxEngine, TenantKey, ToolCaller
+from pml.sandbox.priority import WorkerPriority
 from pml.sandbox.shares import FairShares, Wait
 from pml.sections_limits import LimitsSettings
 from pml.telemetry import observe
@@ -70,7 +72,8 @@ class FairEngine:
 
     ``inner`` must run ``pool_size`` runs at once without queueing (a ``MontyEngine`` with
     ``max_workers`` of at least ``pool_size``, and room for nested capability runs);
-    ``default_tenant`` is whom a run without a tenant is for.
+    ``default_tenant`` is whom a run without a tenant is for; ``before_run`` is called as
+    each run gets its worker (``fair_engine``: lowering new workers' CPU priority).
     """
 
     def __init__(
@@ -80,8 +83,10 @@ class FairEngine:
         pool_size: int,
         limits: LimitsSettings,
         default_tenant: TenantKey = (),
+        before_run: Callable[[], None] | None = None,
     ) -> None:
         self._inner = inner
+        self._before_run = before_run
         self.shares = FairShares(
             pool_size=pool_size,
             share=limits.workers_per_tenant(pool_size),
@@ -114,6 +119,8 @@ class FairEngine:
         inside = _INSIDE_RUN.set(True)
         running = time.perf_counter()
         try:
+            if self._before_run is not None:
+                self._before_run()
             left_s = limits.wall_time_s - waited_s
             if left_s <= 0:
                 raise _waited_out(limits, waited_s)
@@ -143,7 +150,8 @@ def fair_engine(
     """A ``FairEngine`` over a pool of ``sandbox.pool_size()`` Monty workers (one kept warm).
 
     The pool may grow to twice that for capability runs nested in running ones, which
-    take no slot of their own. ``only_tenant``: everything runs for this one tenant (``pml
+    take no slot of their own; its workers run at a lower CPU priority than the gateway
+    (``pml.sandbox.priority``). ``only_tenant``: everything runs for this one tenant (``pml
     connect``), whose share is then the whole pool unless ``tenant_workers`` says less."""
     from pml.sandbox.monty import MontyEngine  # pydantic-monty: loaded when a gateway starts
 
@@ -153,7 +161,13 @@ def fair_engine(
     inner = MontyEngine(
         min_workers=WARM_WORKERS, max_workers=NESTED_ROOM * pool_size, observe_wait=False
     )
-    return FairEngine(inner, pool_size=pool_size, limits=limits, default_tenant=only_tenant or ())
+    return FairEngine(
+        inner,
+        pool_size=pool_size,
+        limits=limits,
+        default_tenant=only_tenant or (),
+        before_run=WorkerPriority().lower_new_workers,
+    )
 
 
 def _waited_out(limits: SandboxSettings, waited_s: float) -> ExecutionTimeout:
