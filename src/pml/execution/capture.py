@@ -47,7 +47,7 @@ class RunReport:
         used = [target.address for target in self.plan.targets.values()]
         return list(dict.fromkeys([*used, *self.called]))
 
-    def trace_row(self, fqdn: str) -> TraceRow:
+    def trace_row(self, fqdn: str | None) -> TraceRow:
         return TraceRow(
             id=str(uuid.uuid4()),
             org=self.scope.org,
@@ -130,6 +130,12 @@ class CaptureService:
         if record_trace:
             self._recorder.trace(report.trace_row(record.fqdn))
         return record
+
+    def not_saved(self, report: RunReport, routing: Routing | None) -> Routing:
+        """A run whose capture was refused (the project's capability quota): its trace is
+        still recorded, for no capability; the routing its answer reports."""
+        self._recorder.trace(report.trace_row(None))
+        return self._registry.plain_routing(report.tools_used(), routing)
 
     def count_use(self, fqdn: str, *, success: bool, latency_ms: float) -> None:
         """A run of an existing capability (by name, on a client) counts for it."""

@@ -6,8 +6,10 @@
 
 The executor only runs code and records what it did (``Budget``: trace, call log, journal).
 Then, in order: ``capture`` turns a successful direct run into a capability (its failure,
-e.g. a name taken meanwhile, is the request's failure); ``usage`` writes the capability
-usage counts and ``tool_usage`` rows of every call that was really sent; ``audit`` writes
+e.g. a name taken meanwhile, is the request's failure — except the project's capability
+quota: the run's result is answered, with ``notSaved`` saying why nothing was stored);
+``usage`` writes the capability usage counts and ``tool_usage`` rows of every call that was
+really sent; ``audit`` writes
 ``EXECUTOR_RESPONSE``; ``cleanup`` purges expired grants and workflow states (at most once a
 minute). A hook that fails is logged and audited (``POSTHOOK_FAILED``) and the others run.
 """
@@ -20,7 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pml.errors import PmlError
+from pml.errors import LimitExceeded, PmlError
 from pml.execution.caller import Budget
 from pml.execution.capture import CaptureService, RunReport
 from pml.execution.recorder import UsageRecorder
@@ -28,12 +30,14 @@ from pml.policy.enforcer import PolicyEnforcer, RequestPolicy
 from pml.registry.models import CapabilityRecord
 from pml.registry.routing import Routing
 from pml.registry.scope import Scope
+from pml.sandbox.base import RunOutcome
 from pml.storage.capability_repo import CodeOwner
 from pml.storage.usage_repo import CAPABILITY_SERVER_ID
 
 logger = logging.getLogger(__name__)
 
 CLEANUP_INTERVAL_S = 60.0
+QUOTA_LIMIT = "capabilities_per_project"  # the ``limit`` of a capture the quota refused
 
 
 @dataclass(slots=True)
@@ -56,6 +60,9 @@ class FinishedRun:
     # Set by the capture hook.
     captured: CapabilityRecord | CodeOwner | None = None
     created: bool = False
+    # Set instead when the project's capability quota refused the capture (nothing saved).
+    not_saved: LimitExceeded | None = None
+    not_saved_routing: Routing | None = None
     notes: dict[str, Any] = field(default_factory=dict[str, Any])
 
     @property
@@ -122,7 +129,15 @@ class CaptureHook:
             )
             event = "CAPABILITY_VERSIONED"
         else:
-            run.captured, run.created = await self._capture.capture(report, run.name, run.routing)
+            try:
+                run.captured, run.created = await self._capture.capture(
+                    report, run.name, run.routing
+                )
+            except LimitExceeded as error:
+                if error.data.get("limit") != QUOTA_LIMIT:
+                    raise
+                self._not_saved(run, report, error)
+                return
             event = "CAPABILITY_CREATED" if run.created else None
         if self._policy is None or run.request is None:
             return
@@ -132,6 +147,35 @@ class CaptureHook:
         )
         if event is not None:
             self._policy.emit(run.request, event, {"capability": fqdn, "intent": report.intent})
+
+    def _not_saved(self, run: FinishedRun, report: RunReport, error: LimitExceeded) -> None:
+        """The project is at its capability quota: the run's result stands, unsaved."""
+        run.not_saved = error
+        run.not_saved_routing = self._capture.not_saved(report, run.routing)
+        if self._policy is not None and run.request is not None:
+            details = {"capability": None, "created": False, "not_saved": error.code}
+            self._policy.emit(run.request, "POSTHOOK_CAPTURE", details | error.data)
+
+
+def not_saved_answer(
+    outcome: RunOutcome, budget: Budget, run: FinishedRun, *, ms: float
+) -> dict[str, Any]:
+    """The success answer of a run whose capture the project's quota refused: its result,
+    ``capabilityId``/``capabilityName``/``capabilityFqdn`` null, and ``notSaved`` saying why."""
+    assert run.not_saved is not None
+    return {
+        "status": "success",
+        "result": outcome.value,
+        "logs": list(outcome.logs),
+        "toolsUsed": list(budget.tools_used),
+        "capabilityId": None,
+        "capabilityName": None,
+        "capabilityFqdn": None,
+        "created": False,
+        "routing": run.not_saved_routing or "local",
+        "executionTimeMs": round(ms, 3),
+        "notSaved": run.not_saved.to_dict(),
+    }
 
 
 class UsageHook:

@@ -38,7 +38,7 @@ from pml.execution.caller import Budget, RunCaller
 from pml.execution.capture import CaptureService, RunReport
 from pml.execution.clients import HOW_TO_CONNECT, ClientCaller, current_client
 from pml.execution.handoff import ClientHandoff
-from pml.execution.hooks import FinishedRun, PostHook, standard_hooks
+from pml.execution.hooks import FinishedRun, PostHook, not_saved_answer, standard_hooks
 from pml.execution.journal import Journal
 from pml.execution.recorder import UsageRecorder
 from pml.execution.references import Plan, plan_references, upstream_tools
@@ -220,7 +220,10 @@ class ExecuteService:
                     )
                 await self._registry.resolve(scope, params.name)  # NOT_FOUND before running
             elif params.name is not None:
-                await naming.check_name_before_run(self._db, scope, params.name, analysis.code_hash)
+                quota = self._registry.capabilities_per_project  # LIMIT_EXCEEDED before running
+                await naming.check_name_before_run(
+                    self._db, scope, params.name, analysis.code_hash, quota=quota
+                )
             plan = await self._plan(scope, analysis, client=current_client())
             await self._check_static(scope, request, plan, [])
         except PmlError as error:
@@ -251,7 +254,8 @@ class ExecuteService:
         finished.version_tag = params.version_tag
         elapsed_ms = await self._finish(finished, started, None)
         record = finished.captured
-        assert record is not None
+        if record is None:  # the project's capability quota refused the capture
+            return not_saved_answer(outcome, budget, finished, ms=elapsed_ms)
         answer = answers.success_answer(
             outcome, budget, record, created=finished.created, routing=record.routing, ms=elapsed_ms
         )

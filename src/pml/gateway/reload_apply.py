@@ -119,6 +119,7 @@ async def apply_settings(gateway: Gateway, prepared: Prepared) -> PoolChanges:
         )
         policy.grants.policy_version = parts.version  # grants follow the policy they were for
         policy.approvals.reconfigure(new.permissions)
+    gateway.registry.capabilities_per_project = new.limits.capabilities_per_project
     if diff.touches("routing", "sandbox"):
         _swap_routing_and_limits(gateway, new, prepared.routing)
     if diff.touches("log"):

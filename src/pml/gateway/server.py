@@ -235,7 +235,11 @@ async def open_gateway(
     for starting servers until ``list_wait_s`` after it (default: from now)."""
     db = await Database.open(settings.database_url)
     try:
-        registry = CapabilityRegistry(db, routing=routing_rules(settings))
+        registry = CapabilityRegistry(
+            db,
+            routing=routing_rules(settings),
+            capabilities_per_project=settings.limits.capabilities_per_project,
+        )
         upstream = pool if pool is not None else default_pool(settings, db)
         relay = GatewayRelay()
         upstream.set_events(relay)  # before the sessions open: they declare its callbacks

@@ -122,7 +122,11 @@ async def open_web_services(
 
     db = await Database.open(settings.database_url)
     try:
-        registry = CapabilityRegistry(db, routing=routing_rules(settings))
+        registry = CapabilityRegistry(
+            db,
+            routing=routing_rules(settings),
+            capabilities_per_project=settings.limits.capabilities_per_project,
+        )
         audit = AuditLog(db, audit_file_path(settings))
         registry.auditor = audit  # changes made on the dashboard are audited like the gateway's
         catalog = CatalogStore(db)
