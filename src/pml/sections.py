@@ -35,6 +35,8 @@ class SandboxSettings(BaseModel):
     max_tool_calls: int = Field(default=200, gt=0)
     max_code_bytes: int = Field(default=100_000, gt=0)
     max_result_bytes: int = Field(default=1_000_000, gt=0)
+    # One upstream tool result a snippet receives; larger ones fail the run (LIMIT_EXCEEDED).
+    max_tool_result_bytes: int = Field(default=10_000_000, gt=0)
     # Sandbox worker processes of this gateway (a pool setting, read at start);
     # 0: automatic, twice the CPU count and at least 4 (see ``pool_size``).
     workers: int = Field(default=0, ge=0, le=256)

@@ -11,7 +11,10 @@ call, and every call of PML's own read-only tools (``mcp.pml.<tool>``, answered 
 plan's ``registry_tools``: see ``pml.execution.registry_calls``), then passes the policy
 enforcer (gate, permission rules, grants; SPEC §10) before it is sent — in nested
 capability runs too, which share the request's policy. A call the run's journal already
-holds (a run resumed after approval) is answered from the journal, not sent again. Every
+holds (a run resumed after approval) is answered from the journal, not sent again; results
+are journaled only for runs under a policy (no other run can pause for approval). An
+upstream result larger than ``max_tool_result_bytes`` ends the run with ``LIMIT_EXCEEDED``
+naming the tool, before the journal or the snippet sees it. Every
 call counts against one ``Budget`` shared by nested capability runs (tool calls and wall
 time), and is traced (tool, digest of its arguments, duration, success) — never its
 values. Usage rows are written afterwards, by a post-hook, from ``call_log``.
@@ -36,7 +39,7 @@ from pml.errors import (
 from pml.execution.journal import Journal
 from pml.execution.references import Plan, Target
 from pml.execution.registry_calls import NOT_ON_CLIENT
-from pml.execution.values import args_digest, raise_for_error, snippet_value
+from pml.execution.values import args_digest, raise_for_error, result_size, snippet_value
 from pml.policy.enforcer import PolicyEnforcer, RequestPolicy
 from pml.sandbox.base import ToolRef
 from pml.upstream.base import UpstreamPool
@@ -203,7 +206,18 @@ class RunCaller:
         except PmlError:
             self._finished(target, digest, started, False, False)
             raise
-        budget.journal.record(address, digest, result)
+        limit = budget.settings.max_tool_result_bytes
+        size = result_size(result, limit)
+        if size > limit:
+            self._finished(target, digest, started, False, False)
+            raise LimitExceeded(
+                f"Tool {address} returned more than {limit} bytes (the limit of one tool "
+                "result): ask it for less (a range, a page, a filter)",
+                limit="max_tool_result_bytes",
+                tool=address,
+            )
+        if policy is not None:  # only a run under a policy can pause and be resumed
+            budget.journal.record(address, digest, result, size=size)
         self._finished(target, digest, started, result.get("isError") is not True, False)
         raise_for_error(address, result)
         return snippet_value(result)

@@ -10,6 +10,12 @@ again from the start and each call that matches a recorded one (same tool, same 
 digest, taken in order among equal ones) gets the recorded result instead of being sent:
 upstream servers see every call exactly once. A call whose arguments differ from what was
 recorded is sent (the recorded entry is never reused for different arguments).
+
+A journal holds only what a pause needs: a run that cannot pause (no policy that could
+ask for approval) records nothing (``pml.execution.caller``), and once the results kept
+pass ``MAX_JOURNAL_BYTES`` the journal stops keeping them — such a run could not be
+stored anyway, so a pause then fails with ``LIMIT_EXCEEDED`` rather than the gateway
+holding every result until the run ends.
 """
 
 from __future__ import annotations
@@ -31,6 +37,10 @@ class Journal:
     recorded: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
     pending: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
     size: int = 0
+    # Bytes of the results kept so far (as measured when recorded), and whether one was
+    # dropped for going past the bound.
+    kept_bytes: int = 0
+    overflowed: bool = False
 
     @classmethod
     def resumed(cls, entries: object) -> Journal:
@@ -54,8 +64,19 @@ class Journal:
                 return cast(dict[str, Any], result) if isinstance(result, dict) else {}
         return None
 
-    def record(self, address: str, digest: str, result: dict[str, Any]) -> None:
-        """A call that was sent and answered."""
+    def record(
+        self, address: str, digest: str, result: dict[str, Any], *, size: int | None = None
+    ) -> None:
+        """A call that was sent and answered (``size``: its bytes, when already measured)."""
+        if self.overflowed:
+            self._keep({"tool": address, "digest": digest})
+            return
+        measured = size if size is not None else _measure(result)
+        if self.kept_bytes + measured > MAX_JOURNAL_BYTES:
+            self.overflowed = True  # the run can no longer pause: keep no more results
+            self._keep({"tool": address, "digest": digest})
+            return
+        self.kept_bytes += measured
         self._keep({"tool": address, "digest": digest, "result": result})
 
     def _keep(self, entry: dict[str, Any]) -> None:
@@ -64,12 +85,16 @@ class Journal:
     def to_json(self) -> list[dict[str, Any]]:
         """What to store with a paused run (``LIMIT_EXCEEDED`` when too large to keep).
 
-        Sizes are measured here, when a run pauses, not on every call."""
-        self.size = sum(len(json.dumps(e.get("result"), default=str)) for e in self.recorded)
-        if self.size > MAX_JOURNAL_BYTES:
+        Sizes are measured again here, exactly as stored."""
+        self.size = sum(_measure(e.get("result")) for e in self.recorded)
+        if self.overflowed or self.size > MAX_JOURNAL_BYTES:
             raise LimitExceeded(
                 f"The run cannot wait for approval: its {len(self.recorded)} completed tool "
                 f"calls returned more than {MAX_JOURNAL_BYTES // (1024 * 1024)} MB to replay",
                 limit="journal_bytes",
             )
         return list(self.recorded)
+
+
+def _measure(result: object) -> int:
+    return len(json.dumps(result, default=str))

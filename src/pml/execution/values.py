@@ -20,10 +20,13 @@ from jsonschema.exceptions import SchemaError, UnknownType
 
 from pml.errors import InvalidArgs
 from pml.sandbox.base import SnippetToolError
+from pml.sandbox.truncate import MAX_ERROR_BYTES, bounded_text
 
 VALIDATOR_CACHE_SIZE = 512
 MAX_LISTED_FAILURES = 10
 MAX_FAILURE_CHARS = 300
+# An upstream's error text, with room left for the "Tool <name> failed: " that may wrap it.
+MAX_TOOL_ERROR_BYTES = MAX_ERROR_BYTES - 1024
 
 
 def snippet_value(result: Mapping[str, Any]) -> Any:
@@ -46,9 +49,37 @@ def snippet_value(result: Mapping[str, Any]) -> Any:
 
 
 def raise_for_error(tool: str, result: Mapping[str, Any]) -> None:
-    """An ``isError`` result becomes the snippet's ``ToolError`` (``SnippetToolError``)."""
+    """An ``isError`` result becomes the snippet's ``ToolError`` (``SnippetToolError``),
+    its text cut to ``MAX_TOOL_ERROR_BYTES`` (an upstream's error text is bounded too)."""
     if result.get("isError") is True:
-        raise SnippetToolError(tool, _error_message(result))
+        message = bounded_text(_error_message(result), MAX_TOOL_ERROR_BYTES)
+        raise SnippetToolError(tool, message)
+
+
+def result_size(value: object, stop_after: int) -> int:
+    """Bytes of ``value`` as compact UTF-8 JSON (a raw tool result: JSON data), counted
+    without building the text (escapes inside strings are not counted: a lower bound);
+    the count stops soon after passing ``stop_after``."""
+    size = 0
+    pending: list[object] = [value]
+    while pending and size <= stop_after:
+        item = pending.pop()
+        if isinstance(item, str):
+            size += (len(item) if item.isascii() else len(item.encode("utf-8", "replace"))) + 2
+        elif isinstance(item, dict):
+            mapping = cast("dict[object, object]", item)
+            size += 2 + max(0, 2 * len(mapping) - 1)  # braces, colons and commas
+            pending.extend(mapping.keys())
+            pending.extend(mapping.values())
+        elif isinstance(item, list | tuple):
+            items = cast("list[object] | tuple[object, ...]", item)
+            size += 1 + max(1, len(items))  # brackets and commas
+            pending.extend(items)
+        elif item is None or isinstance(item, bool):
+            size += 5 if item is False else 4
+        else:
+            size += len(repr(item)) if isinstance(item, int | float) else 2
+    return size
 
 
 def _blocks(result: Mapping[str, Any]) -> list[dict[str, Any]]:
