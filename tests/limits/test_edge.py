@@ -173,3 +173,27 @@ def test_without_an_auditor_failures_are_still_limited() -> None:
     limits = RequestLimits(LimitsSettings(auth_failure_burst=1), clock=FakeClock())
     limits.key_failed("a")
     assert limits.address_refusal("a") is not None
+
+
+@pytest.mark.parametrize(
+    "proxies",
+    [["127.0.0.1"], ["10.0.0.0/8", "::1", "2001:db8::/32"], ["*"], []],
+)
+def test_trusted_proxies_take_addresses_and_networks(proxies: list[str]) -> None:
+    assert LimitsSettings(trusted_proxies=proxies).trusted_proxies == proxies
+
+
+@pytest.mark.parametrize(
+    "proxies",
+    [
+        ["proxy.example"],
+        ["127.0.0.1; rm -rf /"],
+        ["10.0.0.0/33"],
+        [""],
+        ["ключ"],
+        ["1.2.3.4"] * 300,
+    ],
+)
+def test_trusted_proxies_refuse_anything_else(proxies: list[str]) -> None:
+    with pytest.raises(ValueError, match="trusted_proxies"):
+        LimitsSettings(trusted_proxies=proxies)
