@@ -58,12 +58,15 @@ class TooDeep(ValueError):
 def text_too_deep(data: bytes | bytearray | str, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether a JSON parser reading ``data`` would go more than ``limit`` levels deep.
 
-    Brackets inside strings do not count (escapes are honoured); text that is not JSON is
-    measured as far as a parser would read it, and at worst counted deeper than it is.
+    Brackets inside strings do not count (escapes are honoured); text that does not open
+    with an array or an object nests nothing; other text that is not JSON is measured as far
+    as a parser would read it, and at worst counted deeper than it is.
     """
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
     if raw.count(b"[") + raw.count(b"{") <= limit:
         return False  # the usual case: fewer opening brackets than the limit
+    if not raw.lstrip(b" \t\r\n").startswith((b"[", b"{")):
+        return False  # a scalar first (or not JSON at all): no parser nests anything
     if b"\\" in raw:  # escapes (inside strings: a parser refuses one anywhere else)
         raw = _ESCAPE.sub(b"", raw)
     if b'"' in raw:  # then every quote opens or closes a string: keep what is outside
