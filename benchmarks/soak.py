@@ -1,0 +1,215 @@
+"""A long run of mixed traffic against one ``pml serve --http``: does anything grow?
+
+    python benchmarks/soak.py [--minutes 30] [--clients 8] [--sqlite]
+
+Starts ``pml serve --http`` on a throwaway PostgreSQL database (``--sqlite``: a SQLite file)
+with ``mcp-server-time`` upstream, and real SDK clients over streamable HTTP, each with its
+own API key, that loop through a mix: ``pml_execute`` of known code (reuse), of new code
+(a new capability each time), a snippet that fails, ``pml_discover``, a pass-through call,
+``tools/list``, and sometimes a new session. After a warm-up (a tenth of the run, at least a
+minute), and at the end, it samples the gateway process: RSS, open files, threads, child
+processes and the database connections it holds (PostgreSQL: ``pg_stat_activity`` for the
+database). Prints one JSON line:
+
+    {"minutes": 30, "calls": 51234, "errors": 0, "start": {"rss_mb": ..., "open_files": ...,
+     "children": ..., "db_connections": ...}, "end": {...}, "growth": {...}, "p95_ms": ...}
+
+Goal (issue "fair and bounded"): no growth beyond warm-up (RSS within a few MB per hour).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import anyio
+import asyncpg  # pyright: ignore[reportMissingTypeStubs]
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from e2e.replicas import POSTGRES_URL, drop_database, fresh_database
+from e2e.support import (
+    Upstream,
+    create_key,
+    http_client,
+    pml_http,
+    python_server,
+    sqlite_url,
+    write_config,
+)
+
+KNOWN = "now = await mcp.time.get_current_time(timezone=args['tz'])\nreturn now['datetime'][:4]"
+FAILING = "raise ValueError('the soak test fails on purpose ' * 50)"
+
+
+def sample(pid: int) -> dict[str, Any]:
+    """What the gateway process holds now."""
+    status = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    children = [
+        entry.name
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit() and _parent(entry) == pid
+    ]
+    return {
+        "rss_mb": round(int(status["VmRSS"].split()[0]) / 1024, 1),
+        "threads": int(status["Threads"]),
+        "open_files": len(list(Path(f"/proc/{pid}/fd").iterdir())),
+        "children": len(children),
+    }
+
+
+def _parent(entry: Path) -> int:
+    try:
+        stat = (entry / "stat").read_text()
+    except OSError:
+        return -1
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+async def db_connections(database: str | None) -> int | None:
+    if database is None:
+        return None
+    conn = await asyncpg.connect(POSTGRES_URL)  # pyright: ignore[reportUnknownMemberType]
+    try:
+        count = await conn.fetchval(  # pyright: ignore[reportUnknownMemberType]
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1", database
+        )
+    finally:
+        await conn.close()  # pyright: ignore[reportUnknownMemberType]
+    return int(count)  # pyright: ignore[reportUnknownArgumentType]
+
+
+class Traffic:
+    """The mixed calls of every client, and what they measured."""
+
+    def __init__(self, url: str, keys: list[str], deadline: float) -> None:
+        self.url, self.keys, self.deadline = url, keys, deadline
+        self.latencies: list[float] = []
+        self.errors: list[str] = []
+        self.by_kind: dict[str, int] = {}
+
+    async def client(self, index: int) -> None:
+        rng = random.Random(index)
+        while time.monotonic() < self.deadline:
+            async with http_client(self.url, self.keys[index]) as client:
+                for _ in range(rng.randrange(20, 200)):
+                    if time.monotonic() >= self.deadline:
+                        return
+                    await self.one_call(client, rng, index)
+
+    async def one_call(self, client: Any, rng: random.Random, index: int) -> None:
+        roll = rng.random()
+        started = time.perf_counter()
+        if roll < 0.05:
+            kind = "list"
+            await client.list_tools()
+        else:
+            kind, tool, arguments, expect_error = self.pick(roll, rng, index)
+            result = await client.call_tool(tool, arguments)
+            if result.is_error != expect_error:
+                self.errors.append(f"{kind}: {str(result.content)[:200]}")
+        self.latencies.append((time.perf_counter() - started) * 1000)
+        self.by_kind[kind] = self.by_kind.get(kind, 0) + 1
+
+    def pick(
+        self, roll: float, rng: random.Random, index: int
+    ) -> tuple[str, str, dict[str, Any], bool]:
+        if roll < 0.55:
+            return (
+                "reuse",
+                "pml_execute",
+                {"intent": "year", "code": KNOWN, "args": {"tz": "UTC"}},
+                False,
+            )
+        if roll < 0.70:
+            number, tag = rng.randrange(10**9), uuid.uuid4().hex
+            code = f"return {{'n': {number}, 'client': {index}, 'tag': '{tag}'}}"
+            return "new", "pml_execute", {"intent": "a new number", "code": code}, False
+        if roll < 0.75:
+            return "failing", "pml_execute", {"intent": "fail", "code": FAILING}, True
+        if roll < 0.85:
+            return "discover", "pml_discover", {"intent": "what time is it in Paris"}, False
+        return "passthrough", "time__get_current_time", {"timezone": "Europe/Paris"}, False
+
+
+async def soak(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    database = None if args.sqlite else f"pml_soak_{uuid.uuid4().hex[:8]}"
+    start: dict[str, Any] = {}
+    end: dict[str, Any] = {}
+    calls_at_start = 0
+    url = sqlite_url(workdir) if database is None else await fresh_database(POSTGRES_URL, database)
+    try:
+        time_server = Upstream(
+            "time", str(python_server("mcp-server-time")), ("--local-timezone", "UTC")
+        )
+        config = write_config(
+            workdir / "pml.toml",
+            [time_server],
+            database_url=url,
+            extra={"limits": {"key_rate_per_s": 0}},  # measure the gateway, not the limiter
+        )
+        keys = [create_key(config, "soak", "run", f"user{i}")["key"] for i in range(args.clients)]
+        with pml_http(config, workdir / "gateway.log") as gateway:
+            total = args.minutes * 60
+            warmup = max(60.0, total / 10)
+            traffic = Traffic(gateway.mcp_url, keys, time.monotonic() + total)
+            async with anyio.create_task_group() as clients:
+                for index in range(args.clients):
+                    clients.start_soon(traffic.client, index)
+                await anyio.sleep(warmup)
+                start = {
+                    **sample(gateway.process.pid),
+                    "db_connections": await db_connections(database),
+                }
+                calls_at_start = len(traffic.latencies)
+            end = {**sample(gateway.process.pid), "db_connections": await db_connections(database)}
+    finally:
+        if database is not None:
+            await drop_database(POSTGRES_URL, database)
+    cuts = (
+        statistics.quantiles(traffic.latencies, n=100) if len(traffic.latencies) > 1 else [0.0] * 99
+    )
+    return {
+        "minutes": args.minutes,
+        "database": "sqlite" if database is None else "postgresql",
+        "clients": args.clients,
+        "calls": len(traffic.latencies),
+        "calls_after_warmup": len(traffic.latencies) - calls_at_start,
+        "by_kind": traffic.by_kind,
+        "errors": len(traffic.errors),
+        "first_errors": traffic.errors[:3],
+        "p50_ms": round(statistics.median(traffic.latencies), 1) if traffic.latencies else None,
+        "p95_ms": round(cuts[94], 1),
+        "start": start,
+        "end": end,
+        "growth": {key: _delta(start[key], end[key]) for key in start},
+    }
+
+
+def _delta(before: Any, after: Any) -> Any:
+    if isinstance(before, int | float) and isinstance(after, int | float):
+        return round(after - before, 1)
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--sqlite", action="store_true", help="a SQLite file, not PostgreSQL")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="pml-soak-") as folder:
+        print(json.dumps(anyio.run(soak, args, Path(folder))), flush=True)
+
+
+if __name__ == "__main__":
+    main()
