@@ -54,9 +54,10 @@ class HeldEngine:
     """A fake inner engine: a run waits until the test finishes it (by its code), except
 
     ``done…`` (returns at once), ``fail…`` (raises ``ExecutionFailed``), ``crash…``
-    (``RuntimeError``), ``slow…`` (runs
-    its whole wall time then raises ``TIMEOUT``) and ``nest…`` (first runs ``inner-…``
-    through ``outer``, the engine in front, as a nested capability run does)."""
+    (``RuntimeError``), ``slow…`` (runs its whole wall time then raises ``TIMEOUT``),
+    ``nest<rest>`` (first runs ``<rest>``, or ``leaf``, through ``outer``, the engine in
+    front, as a nested capability run does) and ``fan<n>`` (runs ``<n>`` nested
+    ``child-<i>`` at once, as ``asyncio.gather`` of capabilities does)."""
 
     def __init__(self) -> None:
         self.started: list[str] = []
@@ -99,9 +100,17 @@ class HeldEngine:
                     limit="wall_time_s",
                 )
             if code.startswith("nest") and self.outer is not None:
-                await self.outer.run(
-                    f"inner-{code}", args=args, caller=caller, limits=limits, tenant=tenant
-                )
+                nested = code.removeprefix("nest") or "leaf"
+                await self.outer.run(nested, args=args, caller=caller, limits=limits, tenant=tenant)
+            if code.startswith("fan") and self.outer is not None:
+                outer = self.outer
+
+                async def child(name: str) -> None:
+                    await outer.run(name, args=args, caller=caller, limits=limits, tenant=tenant)
+
+                async with anyio.create_task_group() as children:
+                    for index in range(int(code.removeprefix("fan"))):
+                        children.start_soon(child, f"child-{index}")
             await self._gates.setdefault(code, anyio.Event()).wait()
             return RunOutcome(value=code, duration_ms=1.0)
         finally:

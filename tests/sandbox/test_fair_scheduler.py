@@ -10,7 +10,7 @@ import anyio
 import pytest
 from anyio import wait_all_tasks_blocked
 
-from pml.errors import Busy, ExecutionFailed, InternalError
+from pml.errors import Busy, ExecutionFailed, ExecutionTimeout, InternalError
 from pml.sandbox.base import RunOutcome
 from pml.sandbox.fair import FairEngine
 from pml.sandbox.shares import Wait
@@ -300,12 +300,42 @@ async def test_a_capability_run_nested_in_a_run_takes_no_slot_of_its_own() -> No
     inner = HeldEngine()
     engine = fair(inner, pool_size=2, tenant_workers=1, queue_per_tenant=0)
     async with Runs.open(engine, inner) as runs:
-        runs.submit("nest", A)  # holds A's only slot, then runs inner-nest through engine
+        runs.submit("nestnestnest", A)  # holds A's only slot; a chain three deep below it
         await runs.settle()
-        assert inner.started == ["nest", "inner-nest"]
+        assert inner.started == ["nestnestnest", "nestnest", "nest", "leaf"]
         assert engine.shares.held_by(A) == 1
-        await runs.finish("inner-nest", "nest")
-    assert isinstance(runs.outcomes["nest"], RunOutcome)
+        await runs.finish("leaf", "nest", "nestnest", "nestnestnest")
+    assert isinstance(runs.outcomes["nestnestnest"], RunOutcome)
+    assert engine.shares.tracked == 0
+
+
+async def test_capabilities_a_run_starts_at_once_run_one_after_another() -> None:
+    inner = HeldEngine()
+    engine = fair(inner, pool_size=2, tenant_workers=1)
+    async with Runs.open(engine, inner) as runs:
+        runs.submit("fan50", A)
+        await runs.settle()
+        assert inner.started == ["fan50", "child-0"]
+        for index in range(50):
+            await runs.finish(f"child-{index}")
+            assert inner.running <= 2  # the run and one of its capabilities
+        await runs.finish("fan50")
+    assert inner.most_running == 2
+    assert inner.started[1:] == [f"child-{index}" for index in range(50)]
+    assert isinstance(runs.outcomes["fan50"], RunOutcome)
+
+
+async def test_a_capability_waiting_behind_its_siblings_times_out_within_the_limit() -> None:
+    inner = HeldEngine()
+    engine = fair(inner, pool_size=2, tenant_workers=1)
+    async with Runs.open(engine, inner) as runs:
+        runs.submit("fan2", A, wall_s=0.3)
+        error = await runs.ended_of("fan2")
+    assert isinstance(error, BaseExceptionGroup)  # the fake's task group: the child's error
+    timeouts = [e for e in error.exceptions if isinstance(e, ExecutionTimeout)]  # pyright: ignore[reportUnknownVariableType, reportUnknownMemberType]
+    assert len(timeouts) == 1
+    assert "its caller's other capability runs" in str(timeouts[0])  # pyright: ignore[reportUnknownArgumentType]
+    assert inner.started == ["fan2", "child-0"]
     assert engine.shares.tracked == 0
 
 

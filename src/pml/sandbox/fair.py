@@ -17,9 +17,10 @@ decides who runs when:
   ``wall_time_s``, and one that waited all of it ends ``TIMEOUT`` saying it waited for a
   worker. The wait is the ``sandbox_wait`` step and ``RunOutcome.wait_ms``.
 
-Capability runs started from inside a run (``mcp.<namespace>.<action>()``) belong to it: they
-start at once, as the run holds its slot; making them wait for a slot their own parent
-holds could deadlock.
+Capability runs started from inside a run (``mcp.<namespace>.<action>()``) belong to it and
+take no slot (waiting for a slot their own parent holds could deadlock); a run has at most
+one of them going at a time (``asyncio.gather`` of capabilities runs them one by one), so a
+run and its nested chain use one worker per level, however wide the snippet fans out.
 
 The bookkeeping (:class:`FairShares`) is plain synchronous code on one event loop: no lock,
 no await while counting. A waiter that is cancelled or runs out of time leaves its queue
@@ -42,6 +43,8 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, Final
 
+import anyio
+
 from pml.config import SandboxSettings
 from pml.errors import ExecutionTimeout, InvalidInput
 from pml.sandbox.base import RunOutcome, SandboxEngine, TenantKey, ToolCaller
@@ -55,8 +58,19 @@ __all__ = ["FairEngine", "FairShares", "fair_engine", "tenant_path"]
 TENANT_DEPTH: Final = 3  # org, project, user
 WARM_WORKERS: Final = 1  # started with the pool and kept, so that a first run pays no start
 NESTED_ROOM: Final = 2  # worker processes per slot: one for the run, room for nested runs
-# Set while a run holds a slot: runs started from inside it (nested capabilities) are its own.
-_INSIDE_RUN: ContextVar[bool] = ContextVar("pml_sandbox_inside_run", default=False)
+
+
+class _Running:
+    """A run in progress; its nested capability runs take ``children`` one at a time."""
+
+    __slots__ = ("children",)
+
+    def __init__(self) -> None:
+        self.children = anyio.Lock()
+
+
+# The run in progress in this context: runs started from inside it (nested capabilities).
+_CURRENT_RUN: ContextVar[_Running | None] = ContextVar("pml_sandbox_run", default=None)
 
 
 def tenant_path(tenant: TenantKey) -> TenantKey:
@@ -105,10 +119,9 @@ class FairEngine:
     ) -> RunOutcome:
         """Run ``code`` for ``tenant`` once it has a worker (see ``SandboxEngine.run``);
         ``BUSY`` when its queue is full, ``TIMEOUT`` when the wait took the whole limit."""
-        if _INSIDE_RUN.get():  # a nested capability: its parent's slot runs it
-            return await self._inner.run(
-                code, args=args, caller=caller, limits=limits, tenant=tenant
-            )
+        parent = _CURRENT_RUN.get()
+        if parent is not None:  # a nested capability: its parent's slot runs it
+            return await self._nested(parent, code, args=args, caller=caller, limits=limits)
         path = self._default_tenant if tenant is None else tenant_path(tenant)
         started = time.perf_counter()
         with observe.step("sandbox_wait"):
@@ -116,7 +129,7 @@ class FairEngine:
         waited_s = time.perf_counter() - started
         if wait is Wait.TIMED_OUT:
             raise _waited_out(limits, waited_s)
-        inside = _INSIDE_RUN.set(True)
+        inside = _CURRENT_RUN.set(_Running())
         running = time.perf_counter()
         try:
             if self._before_run is not None:
@@ -134,9 +147,35 @@ class FairEngine:
                     raise _timed_out_after_wait(limits, waited_s, error) from None
                 raise
         finally:
-            _INSIDE_RUN.reset(inside)
+            _CURRENT_RUN.reset(inside)
             self.shares.release(path, ran_s=time.perf_counter() - running)
         return dataclasses.replace(outcome, wait_ms=waited_s * 1000)
+
+    async def _nested(
+        self,
+        parent: _Running,
+        code: str,
+        *,
+        args: dict[str, Any],
+        caller: ToolCaller,
+        limits: SandboxSettings,
+    ) -> RunOutcome:
+        """A nested capability run, once its siblings before it have ended."""
+        started = time.perf_counter()
+        with anyio.move_on_after(max(limits.wall_time_s, 0.0)) as waiting:
+            await parent.children.acquire()
+        waited_s = time.perf_counter() - started
+        if waiting.cancelled_caught:
+            raise _waited_out(limits, waited_s, "its caller's other capability runs")
+        try:
+            inside = _CURRENT_RUN.set(_Running())
+            try:
+                left = limits.model_copy(update={"wall_time_s": limits.wall_time_s - waited_s})
+                return await self._inner.run(code, args=args, caller=caller, limits=left)
+            finally:
+                _CURRENT_RUN.reset(inside)
+        finally:
+            parent.children.release()
 
     async def aclose(self) -> None:
         """Refuse queued and new runs, then stop the inner engine (idempotent)."""
@@ -170,10 +209,12 @@ def fair_engine(
     )
 
 
-def _waited_out(limits: SandboxSettings, waited_s: float) -> ExecutionTimeout:
+def _waited_out(
+    limits: SandboxSettings, waited_s: float, held_by: str = "other runs"
+) -> ExecutionTimeout:
     return ExecutionTimeout(
         f"Execution exceeded the time limit of {limits.wall_time_s:g} s waiting for a "
-        "sandbox worker: the run never started (other runs held every worker it may use)",
+        f"sandbox worker: the run never started ({held_by} held every worker it may use)",
         limit="wall_time_s",
         waitMs=round(waited_s * 1000, 3),
     )
