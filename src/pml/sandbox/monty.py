@@ -48,6 +48,7 @@ from pml.sandbox.failures import MAX_RECURSION_DEPTH, timeout_error, translate
 from pml.sandbox.guards import ERROR_TOO_LONG, MAX_RESULT_INPUT, RESULT_TOO_LARGE
 from pml.sandbox.jsonvalue import NotJsonError, json_size, json_value
 from pml.sandbox.program import BRIDGE, Program, prepare
+from pml.sandbox.truncate import TRUNCATION_MARK, release_freed_memory
 from pml.telemetry import observe
 
 # Host round trips a run may make besides tool calls (name lookups of undefined names,
@@ -168,7 +169,13 @@ class MontyEngine:
                 except monty.MontyError as error:
                     if bridge.failure is not None:
                         raise bridge.failure from None
-                    raise translate(error, program, limits, bridge.tool_errors) from None
+                    failure = translate(error, program, limits, bridge.tool_errors)
+                # The error is freed now: a huge message that crossed (the KeyError of a
+                # huge key; what the snippet raises is cut inside the sandbox) leaves tens
+                # of MB in glibc's arenas otherwise.
+                if TRUNCATION_MARK in failure.message:
+                    release_freed_memory()
+                raise failure
         # Cancelled: by the bridge (its failure) or by the deadline.
         if bridge.failure is not None:
             raise bridge.failure

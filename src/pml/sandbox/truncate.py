@@ -15,7 +15,11 @@ Example::
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import sys
 import unicodedata
+from typing import Any
 
 from pml.config import SandboxSettings
 
@@ -23,6 +27,8 @@ MAX_ERROR_BYTES = 65_536
 """An error message never exceeds this (nor ``max_result_bytes``, when that is smaller)."""
 
 _ELLIPSIS = "…"
+TRUNCATION_MARK = f"{_ELLIPSIS} [truncated: "
+"""What every cut text carries."""
 
 
 def error_bytes(limits: SandboxSettings) -> int:
@@ -63,7 +69,7 @@ def bounded_text(text: str, max_bytes: int, *, more_chars: int = 0) -> str:
 
 
 def _marker(more: int) -> str:
-    return f"{_ELLIPSIS} [truncated: {more} more characters]"
+    return f"{TRUNCATION_MARK}{more} more characters]"
 
 
 def _cut(text: str, max_bytes: int) -> int:
@@ -87,3 +93,21 @@ def _cut(text: str, max_bytes: int) -> int:
     ):
         end -= 1
     return end
+
+
+def release_freed_memory() -> None:
+    """Hand memory freed after a huge value crossed back to the system (glibc's
+    ``malloc_trim``; elsewhere a no-op)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None).malloc_trim  # absent outside glibc (musl)
+    except (OSError, AttributeError):
+        return None
