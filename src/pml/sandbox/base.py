@@ -17,7 +17,6 @@ from typing import Any, Protocol
 
 from pml.config import SandboxSettings
 
-
 # Who a run is for, outermost first: (org, project, user). The fair scheduler shares
 # workers between tenants along this path; engines that do not schedule ignore it.
 TenantKey = tuple[str, ...]
