@@ -18,6 +18,7 @@ columns that share the namespace" in one statement.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -169,34 +170,91 @@ async def count_capabilities(conn: AsyncConnection, org: str, project: str, limi
     return int((await conn.execute(sa.select(project_size(org, project, limit)))).scalar_one())
 
 
-def _guard(new: NewCapability) -> list[sa.ColumnElement[bool]]:
-    record = new.record
-    r = records.c
-    names = [record.display_name, record.tool_name]
-    taken = sa.union_all(*_owners(record.org, record.project, names))
-    same_code = sa.select(r.fqdn).where(
-        ACTIVE, r.org == record.org, r.project == record.project, r.code_hash == record.code_hash
-    )
+def _param(prefix: str, table: sa.Table, name: str) -> sa.BindParameter[Any]:
+    return sa.bindparam(f"{prefix}{name}", type_=table.c[name].type)
+
+
+def _guard(quota: bool) -> list[sa.ColumnElement[bool]]:
+    """The conditions under which a new record may be written (parameters ``r_*``)."""
+    r, a = records.c, aliases.c
+    org, project = _param("r_", records, "org"), _param("r_", records, "project")
+    names = [_param("r_", records, "display_name"), _param("r_", records, "tool_name")]
+    own = (ACTIVE, r.org == org, r.project == project)
+    in_scope = (a.org == org, a.project == project)
     where = [
-        ~sa.exists(sa.select(r.fqdn).where(r.fqdn == record.fqdn)),
-        ~sa.exists(same_code),
-        ~sa.exists(taken.subquery().select()),
+        ~sa.exists().where(r.fqdn == _param("r_", records, "fqdn")),
+        ~sa.exists().where(*own, r.code_hash == _param("r_", records, "code_hash")),
+        ~sa.exists().where(*own, r.display_name.in_(names)),
+        ~sa.exists().where(*own, r.tool_name.in_(names)),
+        ~sa.exists().where(*in_scope, a.alias.in_(names)),
+        ~sa.exists().where(*in_scope, a.tool_name.in_(names)),
     ]
-    if new.quota > 0:
-        where.append(project_size(record.org, record.project, new.quota) < new.quota)
+    if quota:
+        limit = sa.bindparam("quota", type_=sa.Integer())
+        held = (
+            sa.select(sa.literal(1).label("one"))
+            .where(*own, r.record_type == "capability")
+            .limit(limit)
+            .subquery()
+        )
+        where.append(sa.select(sa.func.count()).select_from(held).scalar_subquery() < limit)
     return where
 
 
-def _literals(table: sa.Table, values: dict[str, Any]) -> list[sa.ColumnElement[Any]]:
-    return [
-        sa.literal(value, type_=table.c[name].type).label(name) for name, value in values.items()
-    ]
+def _columns(prefix: str, table: sa.Table, names: Sequence[str]) -> list[sa.ColumnElement[Any]]:
+    return [_param(prefix, table, name).label(name) for name in names]
 
 
-def _guarded_record_insert(new: NewCapability) -> sa.Insert:
-    values = {name: getattr(new.record, name) for name in RECORD_FIELDS}
-    chosen = sa.select(*_literals(records, values)).where(*_guard(new))
-    return records.insert().from_select(list(values), chosen)
+@functools.cache
+def _guarded_record_insert(quota: bool) -> sa.Insert:
+    chosen = sa.select(*_columns("r_", records, RECORD_FIELDS)).where(*_guard(quota))
+    return records.insert().from_select(list(RECORD_FIELDS), chosen)
+
+
+_VERSION_REST = tuple(name for name in VERSION_FIELDS if name != "capability_fqdn")
+_VERSION_TAG_REST = ("version", "tag", "created_by", "created_at")
+
+
+@functools.cache
+def postgres_statement(
+    tags: int, version_tag: bool, notify: bool, quota: bool
+) -> sa.Select[Any, *tuple[Any, ...]]:
+    """The whole creation as one PostgreSQL statement, built once per shape (parameters
+    ``r_*``, ``v_*``, ``t<i>_tag``, ``vt_*``, ``quota``, ``channel``/``payload``); a row comes
+    back iff it was written."""
+    created = _guarded_record_insert(quota).returning(records.c.fqdn).cte("created")
+    follow: list[Any] = []
+
+    def rows_after(table: sa.Table, key: str, prefix: str, names: Sequence[str], cte: str) -> None:
+        chosen = sa.select(created.c.fqdn.label(key), *_columns(prefix, table, names))
+        follow.append(table.insert().from_select([key, *names], chosen).cte(cte))
+
+    rows_after(versions, "capability_fqdn", "v_", _VERSION_REST, "created_version")
+    for index in range(tags):
+        rows_after(tags_table, "fqdn", f"t{index}_", ["tag"], f"created_tag_{index}")
+    if version_tag:
+        rows_after(version_tags, "capability_fqdn", "vt_", _VERSION_TAG_REST, "created_version_tag")
+    columns: list[Any] = [created.c.fqdn]
+    if notify:
+        channel = sa.bindparam("channel", type_=sa.String())
+        payload = sa.bindparam("payload", type_=sa.String())
+        columns.append(sa.func.pg_notify(channel, payload).label("notified"))
+    return sa.select(*columns).select_from(created).add_cte(*follow)
+
+
+def _parameters(new: NewCapability) -> dict[str, Any]:
+    record = new.record
+    values = {f"r_{name}": getattr(record, name) for name in RECORD_FIELDS}
+    values |= {f"v_{name}": getattr(new.version, name) for name in _VERSION_REST}
+    values |= {f"t{index}_tag": row["tag"] for index, row in enumerate(_tag_rows(record))}
+    tag_row = _version_tag_row(record)
+    if tag_row is not None:
+        values |= {f"vt_{name}": tag_row[name] for name in _VERSION_TAG_REST}
+    if new.quota > 0:
+        values["quota"] = new.quota
+    if new.notify is not None:
+        values["channel"], values["payload"] = new.notify
+    return values
 
 
 def _version_values(version: VersionRecord) -> dict[str, Any]:
@@ -219,44 +277,22 @@ def _version_tag_row(record: CapabilityRecord) -> dict[str, Any] | None:
     }
 
 
-def postgres_statement(new: NewCapability) -> sa.Select[Any, *tuple[Any, ...]]:
-    """The whole creation as one PostgreSQL statement; a row comes back iff it was written."""
-    created = _guarded_record_insert(new).returning(records.c.fqdn).cte("created")
-    follow: list[Any] = []
-
-    def rows_after(table: sa.Table, values: dict[str, Any], name: str) -> None:
-        rest = {
-            key: value for key, value in values.items() if key not in ("fqdn", "capability_fqdn")
-        }
-        key = "fqdn" if "fqdn" in values else "capability_fqdn"
-        chosen = sa.select(created.c.fqdn.label(key), *_literals(table, rest))
-        follow.append(table.insert().from_select([key, *rest], chosen).cte(name))
-
-    rows_after(versions, _version_values(new.version), "created_version")
-    for index, row in enumerate(_tag_rows(new.record)):
-        rows_after(tags_table, row, f"created_tag_{index}")
-    tag_row = _version_tag_row(new.record)
-    if tag_row is not None:
-        rows_after(version_tags, tag_row, "created_version_tag")
-    columns: list[Any] = [created.c.fqdn]
-    if new.notify is not None:
-        channel, payload = new.notify
-        columns.append(sa.func.pg_notify(channel, payload).label("notified"))
-    return sa.select(*columns).select_from(created).add_cte(*follow)
-
-
 async def insert_if_free(db: Database, new: NewCapability) -> bool:
     """Create ``new`` if its guard holds (see the module); ``False``: nothing was written.
 
     A unique index tripped by a concurrent writer is a ``False`` too.
     """
     try:
+        params = _parameters(new)
         if db.dialect == "postgresql":
+            shape = (len(_tag_rows(new.record)), new.record.version_tag is not None)
+            statement = postgres_statement(*shape, new.notify is not None, new.quota > 0)
             async with single_statements(db).connect() as conn:
-                row = (await conn.execute(postgres_statement(new))).first()
+                row = (await conn.execute(statement, params)).first()
             return row is not None
         async with db.transaction() as conn:
-            written = await conn.execute(_guarded_record_insert(new))
+            record_params = {k: v for k, v in params.items() if k.startswith("r_") or k == "quota"}
+            written = await conn.execute(_guarded_record_insert(new.quota > 0), record_params)
             if written.rowcount != 1:
                 return False
             await conn.execute(versions.insert().values(_version_values(new.version)))
