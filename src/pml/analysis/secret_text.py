@@ -67,6 +67,8 @@ _ASSIGNMENT = re.compile(
     r"[\"']?[ \t]{0,3}[:=][ \t]{0,3}[\"']?"
     r"([^\s\"'&;,)}\]]{1,4096})"
 )
+_MAX_VALUE = 4096
+_VALUE_REST = re.compile(r"[^\s\"'&;,)}\]]*")
 PEM_BEGIN = re.compile(r"-----BEGIN[A-Z ]{0,40}PRIVATE KEY-----")
 PEM_END = re.compile(r"-----END[A-Z ]{0,40}PRIVATE KEY-----")
 _CANDIDATE = re.compile(r"[A-Za-z0-9+/=_\-.~]{20,}")
@@ -99,7 +101,11 @@ def _assignments(text: str) -> list[tuple[int, int]]:
         if keyword_words(keyword) == ["auth"] or not is_secret_keyword(keyword):
             continue
         if _real_value(value) and (looks_secret(keyword, value) or any(c.isdigit() for c in value)):
-            spans.append((match.start(2), match.start(2) + len(value)))
+            end = match.start(2) + len(value)
+            if len(match[2]) == _MAX_VALUE:  # a longer value: to its end, all of it
+                rest = _VALUE_REST.match(text, match.end(2))
+                end = rest.end() if rest is not None else match.end(2)
+            spans.append((match.start(2), end))
     return spans
 
 
