@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from execution.clientrouting import READ_NOTE, open_hub, trace
 from execution.conftest import SCOPE, Execute
 from gateway.upstreams import Upstream
 from pml.analysis.code_hash import parse_snippet
@@ -125,3 +126,42 @@ async def test_code_whose_secret_cannot_move_is_refused_before_it_runs(
     assert GHP not in str(error)
     assert upstreams["a"].calls == []
     assert await execute.stored() == {"records": 0, "versions": 0, "traces": 0}
+
+
+# -- traces from PML clients go through the same capture ------------------------------------
+
+OFFLINE = f"""# read with {GHP}
+header = f"token {SK}"
+note = await mcp.filesystem.read_text_file(path="/notes/a.txt", auth=header)
+return note
+"""
+
+
+async def test_client_traces_store_no_secret_and_an_unmovable_one_is_rejected(
+    sqlite_url: str,
+) -> None:
+    async with open_hub(sqlite_url, routing={"local": ["filesystem"]}) as hub:
+        handed = await hub.hand_off(OFFLINE)
+        [handed_off] = await hub.ingest([trace(handed["workflowId"])])
+        offline = trace("wf_secret_offline", offline={"code": OFFLINE + "\n", "intent": "x"})
+        [learned] = await hub.ingest([offline])
+        unmovable = f'match args["k"]:\n    case "{GHP}":\n        pass\n' + READ_NOTE
+        refused = trace("wf_secret_refused", offline={"code": unmovable, "intent": "x"})
+        [rejected] = await hub.ingest([refused])
+        assert handed_off["status"] == learned["status"] == "captured"
+        for result in (handed_off, learned):
+            code = (await hub.record(result["capabilityFqdn"])).code or ""
+            assert "# read with [REDACTED]" in code
+            assert "f\"token {args['header']}\"" in code
+            for secret in SECRETS:
+                assert secret not in code
+        assert rejected["status"] == "rejected"
+        assert rejected["message"] == (
+            "a secret-looking text in a match pattern cannot be moved out of the code: "
+            "pass it in args instead (line 2)"
+        )
+        await hub.gateway.executor.flush()
+    everything = _database_text(sqlite_url)
+    assert "wf_secret_offline" in everything
+    for secret in SECRETS:
+        assert secret not in everything
