@@ -77,6 +77,8 @@ PENDING_RETRY_S = 5.0
 # How long an offline run stays marked as in flight if the process dies before its row.
 OFFLINE_CLAIM_TTL_S = 3600.0
 MAX_OWNER_SCOPES = 1000
+# Traces of one batch captured at once (each mostly waits on database round trips).
+CONCURRENT_CAPTURES = 8
 
 
 @dataclass(slots=True)
@@ -180,20 +182,34 @@ class TraceIngest:
         reused = self._owners.setdefault(scope, {})
         batch = _Batch(scope, client, claimed, set(marked), rows, reused)
         to_process = [(i, t) for i, t in valid.items() if results[i] is None]
-        processed, written = 0, set[str]()
-        try:
-            for index, trace in to_process:
+        processed: set[int] = set()
+        written = set[str]()
+        limiter = anyio.CapacityLimiter(CONCURRENT_CAPTURES)
+
+        async def process(index: int, trace: IncomingTrace) -> None:
+            async with limiter:
                 results[index] = await self._one(batch, trace)
-                processed += 1
+                processed.add(index)
+
+        try:
+            # A few traces at once: each capture waits on the database, not on the others.
+            try:
+                async with anyio.create_task_group() as tasks:
+                    for index, trace in to_process:
+                        tasks.start_soon(process, index, trace)
+            except ExceptionGroup as group:  # the first failure, as a sequential loop had it
+                raise group.exceptions[0] from None
         finally:
             ours = claimed.keys() | marked.keys()
-            done = [t.workflowId for _, t in to_process[:processed] if t.workflowId in ours]
-            left = [t.workflowId for _, t in to_process[processed:]]
+            done = [t.workflowId for i, t in to_process if i in processed and t.workflowId in ours]
+            left = [t.workflowId for i, t in to_process if i not in processed]
             with anyio.CancelScope(shield=True):  # a cancelled request still ends its claims
                 await self._claims.release(scope, [w for w in left if w in claimed], now)
                 await self._claims.drop(scope, [w for w in left if w in marked], now)
                 written = await self._claims.finish(scope, rows, done, now)
-        for index, trace in to_process[:processed]:
+        for index, trace in to_process:
+            if index not in processed:
+                continue
             if trace.workflowId in ours and trace.workflowId not in written:
                 results[index] = _pending(trace, PENDING_RETRY_S)  # ended by its new claimer
         final = [result for result in results if result is not None]
