@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -117,6 +118,13 @@ async def ingest(base_url: str, key: str, ids: list[str]) -> dict[str, Any]:
     }
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time the process has used (``/proc/PID/stat``), in seconds: what
+    ingest costs the server whatever else the machine is doing."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def forwarding(base_url: str, key: str, workdir: Path, calls: int) -> dict[str, Any]:
     config = write_config(
         workdir / "connect.toml", [], database_url=f"sqlite:///{workdir / 'connect.db'}"
@@ -166,7 +174,10 @@ async def run(args: argparse.Namespace, database_url: str) -> dict[str, Any]:
     key = create_key(config, "bench", "main", "alice")["key"]
     with pml_http(config, workdir / "server.log") as gateway:
         ids = await prepare(gateway.mcp_url, database_url, key, args.traces, args.snippets)
+        cpu_before = cpu_seconds(gateway.process.pid)
         ingested = await ingest(gateway.base_url, key, ids)
+        cpu_ms = (cpu_seconds(gateway.process.pid) - cpu_before) * 1000
+        ingested["server_cpu_ms_per_trace"] = round(cpu_ms / max(1, len(ids)), 3)
         forwarded = await forwarding(gateway.base_url, key, workdir, args.calls)
     return {
         "traces_per_s": ingested["traces_per_s"],

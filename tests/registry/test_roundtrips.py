@@ -24,8 +24,10 @@ from pml.execution.recorder import UsageRecorder
 from pml.execution.references import Plan
 from pml.registry import naming
 from pml.registry.changes import CapabilityChange
+from pml.registry.models import ListQuery
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityDraft, CapabilityRegistry
+from pml.storage.capability_repo import SqlCapabilityRepository
 from pml.storage.database import Database
 
 pytestmark = pytest.mark.anyio
@@ -110,8 +112,6 @@ async def test_capturing_new_code_takes_at_most_three_round_trips(
     assert (stored.usage_count, stored.success_count, stored.total_latency_ms) == (1, 1, 3.5)
     assert stored.routing == "local"
     async with db.read() as conn:
-        from pml.storage.capability_repo import SqlCapabilityRepository
-
         versions = await SqlCapabilityRepository(conn).versions_of(record.fqdn)
     assert [(v.version, v.change_summary, v.code_hash) for v in versions] == [
         (1, "created", stored.code_hash)
@@ -170,3 +170,24 @@ async def test_a_capture_racing_a_name_still_gets_the_exact_name_taken_message(
         await registry.capture(
             scope, CapabilityDraft(code=READ, name="mcp__fs__read"), latency_ms=1
         )
+
+
+async def test_one_statement_creation_stores_tags_version_tag_and_hostile_text_exactly(
+    registry: CapabilityRegistry, db: Database, scope: Scope
+) -> None:
+    code = "text = \"x'); DROP TABLE capability_records; --\"\nreturn text + ' ünï ☃ \\u0000'"
+    intent = "读取 'quotes' \"and\" $1 :name ?" * 300
+    tags = [f"t{n}:x.y-z" for n in range(32)]
+    result = await registry.capture(
+        scope,
+        CapabilityDraft(code=code, intent=intent, tags=tags, version_tag="1.2.0"),
+        latency_ms=0,
+    )
+    assert result.created
+    found = (await registry.resolve(scope, f"{result.record.display_name}@v1.2.0")).record
+    assert (found.code, found.intent, found.tags) == (code, intent, tags)
+    async with db.read() as conn:
+        versions = await SqlCapabilityRepository(conn).versions_of(found.fqdn)
+    assert [(v.version, v.version_tag, v.code) for v in versions] == [(1, "v1.2.0", code)]
+    page = await registry.list(scope, ListQuery(tags=("t31:x.y-z",)))
+    assert [item.fqdn for item in page.items] == [found.fqdn]
