@@ -405,3 +405,14 @@ def test_a_github_token_anywhere_is_never_stored(place: str, body: str, cut: int
     assert body not in kept
     tree = ast.parse(kept)
     assert tree.body
+
+
+def test_an_args_get_default_of_bytes_is_lifted_and_its_key_stays() -> None:
+    code = f'result = args.get("k", b"{SK}")\n'
+    assert same_result(code, {"secret": SK}) == (
+        'result = args.get("k", args["secret"].encode())\n'
+    )
+    nested = f"result = f\"{{args.get('k', b'{SK}')}}\"\n"
+    assert same_result(nested, {"secret": SK}) == (
+        "result = f\"{args.get('k', args['secret'].encode())}\"\n"
+    )

@@ -27,7 +27,7 @@ import copy
 
 from pml.analysis.code_hash import canonical_dump
 from pml.analysis.folding import folded_text, is_compound
-from pml.analysis.secret_params import SecretNames, args_item, encoded, names_a_key
+from pml.analysis.secret_params import SecretNames, args_item, encoded, key_nodes
 from pml.analysis.secret_text import holds_secret, secret_spans
 from pml.analysis.source_map import SourceMap
 from pml.errors import InvalidInput
@@ -84,38 +84,33 @@ class _Rewriter:
         """``node`` with its secret constants (and glued constants) read from ``args``."""
         if isinstance(node, ast.JoinedStr):
             return self.joined(node, "")
-        if names_a_key(node):  # ``args["..."]``, ``mcp["..."]``: names, not values
-            return node
         if isinstance(node, ast.Constant) or is_compound(node):
             value = folded_text(node)
             if value is not None:
                 text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
                 if holds_secret("", text):
                     return self.lift(value)
-        for name, field in ast.iter_fields(node):
-            if isinstance(field, ast.expr):
-                setattr(node, name, self.expression(field))
-            elif isinstance(field, list):
-                items: list[object] = field  # pyright: ignore[reportUnknownVariableType]
-                setattr(node, name, [self.child(item) for item in items])
-            elif isinstance(field, ast.keyword | ast.comprehension | ast.arguments):
-                self.children(field)
+        self.children(node)
         return node
 
-    def child(self, item: object) -> object:
+    def child(self, item: object, keys: set[int]) -> object:
         if isinstance(item, ast.expr):
-            return self.expression(item)
+            return item if id(item) in keys else self.expression(item)
         if isinstance(item, ast.keyword | ast.comprehension | ast.arguments):
             self.children(item)
         return item
 
     def children(self, node: ast.AST) -> None:
+        """Each child expression rewritten, except names (``args["k"]``: the key stays)."""
+        keys = {id(key) for key in key_nodes(node)}
         for name, field in ast.iter_fields(node):
             if isinstance(field, ast.expr):
-                setattr(node, name, self.expression(field))
+                setattr(node, name, self.child(field, keys))
             elif isinstance(field, list):
                 items: list[object] = field  # pyright: ignore[reportUnknownVariableType]
-                setattr(node, name, [self.child(item) for item in items])
+                setattr(node, name, [self.child(item, keys) for item in items])
+            elif isinstance(field, ast.keyword | ast.comprehension | ast.arguments):
+                self.children(field)
 
     def lift(self, value: str | bytes) -> ast.expr:
         if isinstance(value, bytes):

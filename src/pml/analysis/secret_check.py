@@ -28,7 +28,7 @@ from pml.analysis.credentials import looks_secret
 from pml.analysis.folding import folded_text, is_compound
 from pml.analysis.lifting import Parameter
 from pml.analysis.secret_comments import UnreadableComments, comments
-from pml.analysis.secret_params import names_a_key
+from pml.analysis.secret_params import key_nodes
 from pml.analysis.secret_text import holds_secret, secret_spans
 from pml.errors import InvalidInput
 
@@ -98,8 +98,10 @@ def _in_tree(tree: ast.Module) -> Finding | None:
             if text is not None and holds_secret("", text):
                 found.append(Finding(line, _kind(node, in_pattern, key)))
         pattern = in_pattern or isinstance(node, ast.pattern)
-        is_key = isinstance(node, ast.expr) and names_a_key(node)
-        stack.extend((child, pattern, key or is_key) for child in ast.iter_child_nodes(node))
+        keys = {id(child) for child in key_nodes(node)}
+        stack.extend(
+            (child, pattern, key or id(child) in keys) for child in ast.iter_child_nodes(node)
+        )
     return min(found, key=lambda finding: finding.line) if found else None
 
 

@@ -71,14 +71,16 @@ def _is_name(node: ast.AST, *names: str) -> bool:
     return isinstance(node, ast.Name) and node.id in names
 
 
-def names_a_key(node: ast.expr) -> bool:
-    """``args["k"]``, ``args.get("k", ...)``, ``mcp["fqdn"]``, ``mcp.ns["tool"]``: the text
-    there is a name the code is checked against, so it is never replaced by a parameter."""
+def key_nodes(node: ast.AST) -> list[ast.expr]:
+    """The children of ``node`` that name something the code is checked against — the key of
+    ``args["k"]`` and ``args.get("k", ...)``, the tool of ``mcp["fqdn"]`` and
+    ``mcp.ns["tool"]`` — and so are never replaced by a parameter."""
     if isinstance(node, ast.Subscript):
         owner = node.value
         if isinstance(owner, ast.Attribute):
-            return _is_name(owner.value, MCP)
-        return _is_name(owner, ARGS, MCP)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-        return node.func.attr == "get" and _is_name(node.func.value, ARGS)
-    return False
+            return [node.slice] if _is_name(owner.value, MCP) else []
+        return [node.slice] if _is_name(owner, ARGS, MCP) else []
+    func = node.func if isinstance(node, ast.Call) else None
+    if isinstance(func, ast.Attribute) and func.attr == "get" and _is_name(func.value, ARGS):
+        return [node.args[0]] if isinstance(node, ast.Call) and node.args else []
+    return []

@@ -40,7 +40,7 @@ from pml.analysis.fstring_secrets import fstring_rewrite
 from pml.analysis.lifting import Edit, Parameter
 from pml.analysis.scan import binding_contexts
 from pml.analysis.secret_comments import comment_edits
-from pml.analysis.secret_params import SecretNames, args_text, names_a_key
+from pml.analysis.secret_params import SecretNames, args_text, key_nodes
 from pml.analysis.secret_text import REDACTED, holds_secret, redact_spans, secret_spans
 from pml.analysis.source_map import SourceMap
 from pml.errors import InternalError, InvalidInput
@@ -100,12 +100,14 @@ class _Sweeper:
             if isinstance(node, ast.JoinedStr):
                 self.fstring(node, context)
                 continue
-            if isinstance(node, ast.expr) and (names_a_key(node) or self.lifted(node, context)):
+            if isinstance(node, ast.expr) and self.lifted(node, context):
                 continue
             contexts = binding_contexts(node)
             inherit = isinstance(node, ast.List | ast.Tuple | ast.Set | ast.BinOp)
+            keys = {id(key) for key in key_nodes(node)}  # names: ``secret_check`` judges them
             for child in reversed(list(ast.iter_child_nodes(node))):
-                stack.append((child, context if inherit else contexts.get(id(child), "")))
+                if id(child) not in keys:
+                    stack.append((child, context if inherit else contexts.get(id(child), "")))
 
     def statement(self, node: ast.Constant) -> None:
         """A docstring or other bare string: its credentials redacted, nothing lifted."""
