@@ -15,8 +15,10 @@ scheduler sees that many tenants; ``[limits] key_rate_per_s = 0`` turns the per-
 limit off (it is not what this measures); the capability quota keeps its default.
 
 Prints one JSON line: per round, errors and p50/p95/p99/max in milliseconds for reuse and
-for new-capability calls, calls per second, and RSS; then ``rss_growth_mb`` (second round
-minus first). ``--profile PATH``: the server runs under cProfile (written at exit).
+for new-capability calls, calls per second and the gateway's own CPU per call (what the
+machine's other load does not change); RSS after each round, and ``rss_growth_mb`` (second
+round minus first). The clients run on the same machine: on 2 cores they take a large
+share of it. ``--profile PATH``: the server runs under cProfile (written at exit).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class Round:
     errors: list[str] = field(default_factory=list[str])
     not_created: int = 0  # "new" calls that did not create a capability
     seconds: float = 0.0
+    cpu_ms_per_call: float = 0.0  # the gateway process's own CPU (user + system)
 
     def figures(self) -> dict[str, Any]:
         calls = len(self.reuse_ms) + len(self.new_ms)
@@ -69,6 +72,7 @@ class Round:
             "new_not_created": self.not_created,
             "seconds": round(self.seconds, 2),
             "calls_per_s": round(calls / self.seconds, 1) if self.seconds else None,
+            "gateway_cpu_ms_per_call": round(self.cpu_ms_per_call, 2),
             "reuse": _percentiles(self.reuse_ms),
             "new_capability": _percentiles(self.new_ms),
         }
@@ -155,6 +159,12 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time one process has used (``/proc/PID/stat``), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def _migrate(url: str) -> None:
     from pml.storage.database import Database
 
@@ -185,11 +195,14 @@ def _measure(args: argparse.Namespace, workdir: Path, database_url: str) -> dict
     with pml_http(config, workdir / "server.log") as gateway:
         pid = gateway.process.pid
         anyio.run(_warm, gateway.mcp_url, keys, args)
-        rss_start = rss_mb(pid)
+        rss_start, cpu_start = rss_mb(pid), cpu_seconds(pid)
         first = anyio.run(_round, gateway.mcp_url, keys, 1, args)
-        rss_first = rss_mb(pid)
+        rss_first, cpu_first = rss_mb(pid), cpu_seconds(pid)
         second = anyio.run(_round, gateway.mcp_url, keys, 2, args)
-        rss_second = rss_mb(pid)
+        rss_second, cpu_second = rss_mb(pid), cpu_seconds(pid)
+    calls = args.sessions * args.calls
+    first.cpu_ms_per_call = (cpu_first - cpu_start) * 1000 / calls
+    second.cpu_ms_per_call = (cpu_second - cpu_first) * 1000 / calls
     return {
         "backend": "postgresql",
         "sessions": args.sessions,

@@ -90,15 +90,18 @@ class CaptureService:
         routing: Routing | None,
         *,
         record_trace: bool = True,
+        known_new: bool = False,
     ) -> tuple[CapabilityRecord | CodeOwner, bool]:
         """Create the capability, or count a use of the one with the same code.
 
         Reusing a capability costs one read: its usage and the trace are queued (batched
         writes). Creating one (or naming one) is written before the answer. With
-        ``record_trace=False`` the caller writes the trace row itself.
+        ``record_trace=False`` the caller writes the trace row itself. ``known_new``: the
+        caller has just looked and no capability has this code (the read is skipped; a
+        capture made meanwhile is still found by the registry, which counts a use).
         """
         scope, code_hash = report.scope, report.analysis.code_hash
-        existing = await self._registry.find_by_code(scope, code_hash)
+        existing = None if known_new else await self._registry.find_by_code(scope, code_hash)
         if existing is not None and (
             name is None or existing.named or name == existing.display_name
         ):

@@ -23,13 +23,12 @@ For each trace of a batch (at most ``MAX_TRACES``), in one pass over the databas
   same capture service as direct mode — capability created or reused under the key's scope
   (a capability called by name counts a use) — and is ``captured``.
 
-Each processed trace is stored in ``execution_traces`` with its workflow id, in the
-transaction that deletes its state, which is what makes a replay a ``duplicate``. Task
-results are kept as the tool calls' tool, argument digest, duration and success, scrubbed
-of secrets; never more than the limits below. If the capture itself fails unexpectedly,
-the states not yet processed are put back and the error propagates (the client retries the
-batch; what was done answers ``duplicate``).
-"""
+The capabilities of the batch's codes are read in one query, and up to
+``CONCURRENT_CAPTURES`` traces are captured at once. Each processed trace is stored in
+``execution_traces`` with its workflow id, in the transaction that deletes its state (what
+makes a replay a ``duplicate``). Task results keep each call's tool, argument digest,
+duration and success, scrubbed of secrets, within the limits below. If a capture fails
+unexpectedly, the states not processed are put back and the error propagates."""
 
 from __future__ import annotations
 
@@ -37,8 +36,8 @@ import logging
 import math
 import re
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -63,6 +62,7 @@ from pml.policy.model import Auditor
 from pml.policy.scrub import scrub_text
 from pml.registry.changes import CapabilityChange
 from pml.registry.scope import Scope
+from pml.storage.capability_repo import find_code_owners
 from pml.storage.database import Database
 from pml.storage.trace_repo import TraceRow
 from pml.storage.types import utc_now
@@ -74,11 +74,9 @@ logger = logging.getLogger(__name__)
 OWNERS_TTL_S = 10.0
 # The longest ``retryAfterS`` of a pending trace: in-flight requests usually end in ~1 s.
 PENDING_RETRY_S = 5.0
-# How long an offline run stays marked as in flight if the process dies before its row.
-OFFLINE_CLAIM_TTL_S = 3600.0
+OFFLINE_CLAIM_TTL_S = 3600.0  # an offline run's in-flight mark, if the process dies first
 MAX_OWNER_SCOPES = 1000
-# Traces of one batch captured at once (each mostly waits on database round trips).
-CONCURRENT_CAPTURES = 8
+CONCURRENT_CAPTURES = 8  # traces of one batch captured at once (each waits on the database)
 
 
 @dataclass(slots=True)
@@ -93,6 +91,7 @@ class _Batch:
     marked: set[str]
     rows: list[TraceRow]
     reused: dict[str, tuple[str, str]]
+    new_codes: set[str] = field(default_factory=set[str])  # no capability had them
 
 
 class TraceIngest:
@@ -107,6 +106,7 @@ class TraceIngest:
         offline: OfflineContexts | None = None,
         claim_lease_s: float = CLAIM_LEASE_S,
     ) -> None:
+        self._db = db
         self._claims = TraceClaims(db, lease_s=claim_lease_s)
         self._capture = capture
         self._auditor = auditor
@@ -186,17 +186,28 @@ class TraceIngest:
         written = set[str]()
         limiter = anyio.CapacityLimiter(CONCURRENT_CAPTURES)
 
+        contexts: dict[int, LearningContext] = {}
+
         async def process(index: int, trace: IncomingTrace) -> None:
             async with limiter:
-                results[index] = await self._one(batch, trace)
+                results[index] = await self._process(batch, trace, contexts[index])
                 processed.add(index)
 
         try:
+            for index, trace in to_process:
+                found = await self._context(batch, trace)
+                if isinstance(found, dict):
+                    results[index] = found
+                    processed.add(index)
+                else:
+                    contexts[index] = found
+            await self._look_up_codes(batch, contexts.values())
             # A few traces at once: each capture waits on the database, not on the others.
             try:
                 async with anyio.create_task_group() as tasks:
                     for index, trace in to_process:
-                        tasks.start_soon(process, index, trace)
+                        if index in contexts:
+                            tasks.start_soon(process, index, trace)
             except ExceptionGroup as group:  # the first failure, as a sequential loop had it
                 raise group.exceptions[0] from None
         finally:
@@ -231,8 +242,28 @@ class TraceIngest:
         if now - self._owners_since > OWNERS_TTL_S or len(self._owners) > MAX_OWNER_SCOPES:
             self._owners, self._owners_since = {}, now
 
-    async def _one(self, batch: _Batch, trace: IncomingTrace) -> dict[str, Any]:
-        """One trace whose workflow this request claimed (or an offline run)."""
+    async def _look_up_codes(self, batch: _Batch, contexts: Iterable[LearningContext]) -> None:
+        """One read for the capabilities of every code the batch would capture unnamed: known
+        ones count a use with no lookup of their own, new ones skip theirs."""
+        wanted: set[str] = set()
+        for context in contexts:
+            if context.mode != "capability" and context.name is None and not context.update:
+                analysis = cached_analysis(context.code, max(1, len(context.code.encode())))
+                if analysis.code_hash not in batch.reused:
+                    wanted.add(analysis.code_hash)
+        if not wanted:
+            return
+        scope = batch.scope
+        owners = await find_code_owners(self._db, scope.org, scope.project, sorted(wanted))
+        for code_hash, owner in owners.items():
+            batch.reused[code_hash] = (owner.fqdn, owner.display_name)
+        batch.new_codes.update(wanted - owners.keys())
+
+    async def _context(
+        self, batch: _Batch, trace: IncomingTrace
+    ) -> dict[str, Any] | LearningContext:
+        """The learning context of a trace whose workflow this request claimed (or of an
+        offline run), or its final answer when there is none."""
         scope = batch.scope
         stored = batch.claimed.get(trace.workflowId)
         if stored is not None:
@@ -250,7 +281,7 @@ class TraceIngest:
                 return answer(trace, "rejected", message=error.message)
         else:  # another request claimed it first
             return _pending(trace, PENDING_RETRY_S)
-        return await self._process(batch, trace, context)
+        return context
 
     async def _process(
         self, batch: _Batch, trace: IncomingTrace, context: LearningContext
@@ -293,8 +324,9 @@ class TraceIngest:
                 self._forget(record.fqdn)  # its former code belongs to no capability now
                 created = False
             else:
+                new = analysis.code_hash in batch.new_codes and context.name is None
                 record, created = await self._capture.capture(
-                    report, context.name, routing, record_trace=False
+                    report, context.name, routing, record_trace=False, known_new=new
                 )
         except PmlError as error:  # e.g. the name was taken meanwhile: recorded, not learned
             rows.append(_row(report, None, trace))

@@ -30,6 +30,7 @@ from pml.storage.capability_queries import (
     record_of,
     visible_to,
 )
+from pml.storage.capability_writes import single_statements
 from pml.storage.database import Database
 from pml.storage.tables import (
     capability_aliases as aliases,
@@ -112,6 +113,28 @@ async def find_code_owner(db: Database, org: str, project: str, code_hash: str) 
         named=bool(data["named"]),
         routing=cast("Routing", data["routing"]),
     )
+
+
+async def find_code_owners(
+    db: Database, org: str, project: str, code_hashes: Sequence[str]
+) -> dict[str, CodeOwner]:
+    """``find_code_owner`` for many code hashes at once (one read), by code hash."""
+    r = records.c
+    query = sa.select(*_OWNER_COLUMNS, r.code_hash).where(
+        ACTIVE, r.org == org, r.project == project, r.code_hash.in_(list(code_hashes))
+    )
+    async with single_statements(db).connect() as conn:  # autocommit: no BEGIN/ROLLBACK
+        rows = (await conn.execute(query)).all()
+    return {
+        str(row.code_hash): CodeOwner(
+            fqdn=str(row.fqdn),
+            id=str(row.id),
+            display_name=str(row.display_name),
+            named=bool(row.named),
+            routing=cast("Routing", row.routing),
+        )
+        for row in rows
+    }
 
 
 async def resolve_reference(
