@@ -1,6 +1,6 @@
 """A long run of mixed traffic against one ``pml serve --http``: does anything grow?
 
-    python benchmarks/soak.py [--minutes 30] [--clients 8] [--sqlite]
+    python benchmarks/soak.py [--minutes 30] [--clients 8] [--distinct-new N] [--sqlite]
 
 Starts ``pml serve --http`` on a throwaway PostgreSQL database (``--sqlite``: a SQLite file)
 with ``mcp-server-time`` upstream, and real SDK clients over streamable HTTP, each with its
@@ -14,7 +14,9 @@ database). Prints one JSON line:
     {"minutes": 30, "calls": 51234, "errors": 0, "start": {"rss_mb": ..., "open_files": ...,
      "children": ..., "db_connections": ...}, "end": {...}, "growth": {...}, "p95_ms": ...}
 
-Goal (issue "fair and bounded"): no growth beyond warm-up (RSS within a few MB per hour).
+Goal (issue "fair and bounded"): no growth beyond warm-up. With the default, every "new"
+call learns a capability, and the gateway's discovery index holds each one (a few KB):
+``--distinct-new 200`` draws new code from a fixed set, so growth then means a leak.
 """
 
 from __future__ import annotations
@@ -91,8 +93,9 @@ async def db_connections(database: str | None) -> int | None:
 class Traffic:
     """The mixed calls of every client, and what they measured."""
 
-    def __init__(self, url: str, keys: list[str], deadline: float) -> None:
+    def __init__(self, url: str, keys: list[str], deadline: float, distinct_new: int) -> None:
         self.url, self.keys, self.deadline = url, keys, deadline
+        self.distinct_new = distinct_new
         self.latencies: list[float] = []
         self.errors: list[str] = []
         self.by_kind: dict[str, int] = {}
@@ -132,6 +135,8 @@ class Traffic:
             )
         if roll < 0.70:
             number, tag = rng.randrange(10**9), uuid.uuid4().hex
+            if self.distinct_new:  # a fixed set: what is learned stops growing after warm-up
+                number, tag = rng.randrange(self.distinct_new), "set"
             code = f"return {{'n': {number}, 'client': {index}, 'tag': '{tag}'}}"
             return "new", "pml_execute", {"intent": "a new number", "code": code}, False
         if roll < 0.75:
@@ -161,7 +166,7 @@ async def soak(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         with pml_http(config, workdir / "gateway.log") as gateway:
             total = args.minutes * 60
             warmup = max(60.0, total / 10)
-            traffic = Traffic(gateway.mcp_url, keys, time.monotonic() + total)
+            traffic = Traffic(gateway.mcp_url, keys, time.monotonic() + total, args.distinct_new)
             async with anyio.create_task_group() as clients:
                 for index in range(args.clients):
                     clients.start_soon(traffic.client, index)
@@ -182,6 +187,7 @@ async def soak(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "minutes": args.minutes,
         "database": "sqlite" if database is None else "postgresql",
         "clients": args.clients,
+        "distinct_new": args.distinct_new,
         "calls": len(traffic.latencies),
         "calls_after_warmup": len(traffic.latencies) - calls_at_start,
         "by_kind": traffic.by_kind,
@@ -205,6 +211,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument(
+        "--distinct-new",
+        type=int,
+        default=0,
+        help="draw 'new' code from this many variants (0: always new, so capabilities grow)",
+    )
     parser.add_argument("--sqlite", action="store_true", help="a SQLite file, not PostgreSQL")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pml-soak-") as folder:
