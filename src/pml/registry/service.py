@@ -174,13 +174,11 @@ class CapabilityRegistry:
         its first names are taken, the code was captured meanwhile or the project is at its
         quota does the careful path run, under the scope's lock, and say which."""
         code_hash = naming.check_code_hash(draft.code, draft.code_hash)
-        name = validate_name(draft.name) if draft.name is not None else None
-        draft = replace(
-            naming.checked_draft(draft),
-            tags=naming.check_tags(draft.tags),
-            visibility=check_visibility(draft.visibility),
-        )
+        checked = naming.checked_draft(draft)
         latency_ms = naming.check_latency(latency_ms)
+        name = validate_name(draft.name) if draft.name is not None else None
+        tags = naming.check_tags(draft.tags)
+        draft = replace(checked, tags=tags, visibility=check_visibility(draft.visibility))
         now = self._clock()
         result = await self._create(scope, draft, code_hash, name, latency_ms, now)
         if result is not None:
