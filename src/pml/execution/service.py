@@ -48,7 +48,6 @@ from pml.execution.suggest import suggestions
 from pml.execution.values import check_args, merged_args
 from pml.gateway.schemas import ExecuteParams
 from pml.policy.enforcer import PolicyEnforcer, RequestPolicy
-from pml.registry import naming
 from pml.registry.fqdn import message_value
 from pml.registry.models import Resolved, RoutingRules
 from pml.registry.scope import Scope
@@ -220,10 +219,7 @@ class ExecuteService:
                     )
                 await self._registry.resolve(scope, params.name)  # NOT_FOUND before running
             elif params.name is not None:
-                quota = self._registry.capabilities_per_project  # LIMIT_EXCEEDED before running
-                await naming.check_name_before_run(
-                    self._db, scope, params.name, analysis.code_hash, quota=quota
-                )
+                await self._registry.check_name_before_run(scope, params.name, analysis.code_hash)
             plan = await self._plan(scope, analysis, client=current_client())
             await self._check_static(scope, request, plan, [])
         except PmlError as error:

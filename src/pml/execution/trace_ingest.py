@@ -38,7 +38,6 @@ import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -50,8 +49,8 @@ from pml.execution.capture import CaptureService, RunReport
 from pml.execution.clients import ClientCaller
 from pml.execution.handoff import CLIENT_RUN_KIND, LearningContext, OfflineContexts
 from pml.execution.trace_claims import CLAIM_LEASE_S, CLAIMED_KIND, StoredState, TraceClaims
+from pml.execution.trace_rows import stored_row
 from pml.execution.trace_wire import (
-    MAX_ERROR_CHARS,
     MAX_TRACES,
     IncomingTrace,
     answer,
@@ -59,7 +58,6 @@ from pml.execution.trace_wire import (
     task_results,
 )
 from pml.policy.model import Auditor
-from pml.policy.scrub import scrub_text
 from pml.registry.changes import CapabilityChange
 from pml.registry.scope import Scope
 from pml.storage.capability_repo import find_code_owners
@@ -248,7 +246,10 @@ class TraceIngest:
         wanted: set[str] = set()
         for context in contexts:
             if context.mode != "capability" and context.name is None and not context.update:
-                analysis = cached_analysis(context.code, max(1, len(context.code.encode())))
+                try:
+                    analysis = cached_analysis(context.code, max(1, len(context.code.encode())))
+                except PmlError:  # rejected when the trace is processed
+                    continue
                 if analysis.code_hash not in batch.reused:
                     wanted.add(analysis.code_hash)
         if not wanted:
@@ -291,7 +292,11 @@ class TraceIngest:
         tasks = task_results(trace)
         allowed = {target.address for target in context.targets.values()}
         called = tuple(dict.fromkeys(t["tool"] for t in tasks if t["tool"] in allowed))
-        analysis = cached_analysis(context.code, max(1, len(context.code.encode())))
+        try:  # code accepted before an upgrade may be refused by today's analysis
+            analysis = cached_analysis(context.code, max(1, len(context.code.encode())))
+        except PmlError as error:
+            logger.warning("trace of %s not captured: %s", trace.workflowId, error.message)
+            return answer(trace, "rejected", message=error.message)
         report = RunReport(
             scope=scope,
             intent=_UNSTORABLE.sub("\ufffd", context.intent),  # a hand-off's intent may hold NUL
@@ -308,7 +313,7 @@ class TraceIngest:
         if known is not None and context.name is None and not context.update:
             # This batch already captured the same code: one more use, no second lookup.
             self._capture.count_use(known[0], success=True, latency_ms=trace.durationMs)
-            rows.append(_row(report, known[0], trace))
+            rows.append(stored_row(report, known[0], trace))
             return answer(trace, "captured", created=False, capabilityFqdn=known[0],
                           capabilityName=known[1])  # fmt: skip
         try:
@@ -329,10 +334,10 @@ class TraceIngest:
                     report, context.name, routing, record_trace=False, known_new=new
                 )
         except PmlError as error:  # e.g. the name was taken meanwhile: recorded, not learned
-            rows.append(_row(report, None, trace))
+            rows.append(stored_row(report, None, trace))
             logger.warning("trace of %s not captured: %s", trace.workflowId, error.message)
             return answer(trace, "rejected", message=error.message)
-        rows.append(_row(report, record.fqdn, trace))
+        rows.append(stored_row(report, record.fqdn, trace))
         if context.name is None and not context.update:
             batch.reused[analysis.code_hash] = (record.fqdn, record.display_name)
         if created and self._auditor is not None:
@@ -358,7 +363,7 @@ class TraceIngest:
         fqdn = context.capability
         if fqdn is not None:
             self._capture.count_use(fqdn, success=trace.success, latency_ms=trace.durationMs)
-        rows.append(_row(report, fqdn, trace))
+        rows.append(stored_row(report, fqdn, trace))
         if not trace.success:
             return answer(trace, "failed")
         return answer(trace, "captured", created=False, capabilityFqdn=fqdn)
@@ -377,23 +382,3 @@ def _pending(trace: IncomingTrace, lease_left_s: float) -> dict[str, Any]:
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")  # PostgreSQL and UTF-8 refuse these
 _EXPIRED = "Unknown or expired workflow: nothing was captured"
-
-
-def _row(report: RunReport, fqdn: str | None, trace: IncomingTrace) -> TraceRow:
-    row = report.trace_row(fqdn or "")
-    error = None if trace.error is None else scrub_text(trace.error)[:MAX_ERROR_CHARS]
-    duration = trace.durationMs if math.isfinite(trace.durationMs) else 0.0
-    return TraceRow(
-        id=row.id,
-        org=row.org,
-        project=row.project,
-        user_id=row.user_id,
-        intent=row.intent,
-        capability_fqdn=fqdn,
-        success=trace.success,
-        error=error,
-        duration_ms=duration,
-        task_results=row.task_results,
-        created_at=datetime.now(UTC),
-        workflow_id=trace.workflowId,
-    )

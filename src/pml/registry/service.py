@@ -223,6 +223,12 @@ class CapabilityRegistry:
             await self.announce(scope, result.record.fqdn, UNNAMED_CAPTURE)
         return result
 
+    async def check_name_before_run(self, scope: Scope, name: object, code_hash: str) -> str:
+        """``INVALID_NAME`` / ``NAME_TAKEN`` / ``LIMIT_EXCEEDED`` (the project's quota) before
+        running code to be captured as ``name`` (``naming.check_name_before_run``)."""
+        quota = self.capabilities_per_project
+        return await naming.check_name_before_run(self._db, scope, name, code_hash, quota=quota)
+
     async def update_code(
         self, scope: Scope, ref: object, draft: CapabilityDraft
     ) -> CapabilityRecord:

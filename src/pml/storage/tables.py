@@ -261,11 +261,9 @@ workflow_state = sa.Table(
     sa.Column("created_at", UtcDateTime(), nullable=False),
     sa.Column("expires_at", UtcDateTime(), nullable=False),
     sa.Column("claimed_at", UtcDateTime(), nullable=True),  # by a trace ingest (its lease)
-    # An approval's decision: NULL while pending, then "approved" or "denied" (by a person).
-    sa.Column("decision", sa.String(16), nullable=True),
+    sa.Column("decision", sa.String(16), nullable=True),  # NULL pending, approved / denied
     sa.Index(None, "expires_at"),
-    # a user's live waiting workflows, counted by [limits] pending_workflows_per_user
-    sa.Index(None, "org", "project", "user_id", "kind", "expires_at"),
+    sa.Index(None, "org", "project", "user_id", "kind", "expires_at"),  # [limits] quota
 )
 
 audit_events = sa.Table(
