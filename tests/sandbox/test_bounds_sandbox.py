@@ -43,7 +43,7 @@ def assert_clean_text(text: str, max_bytes: int) -> None:
         'x = 1\nraise ValueError("a" * 50_000_000)',
         'def f():\n    raise RuntimeError("b" * 50_000_000)\nx = 0\nf()',
         'x = 1\nassert x == 2, "c" * 50_000_000',
-        'try:\n    1 / 0\nexcept ZeroDivisionError as e:\n'
+        "try:\n    1 / 0\nexcept ZeroDivisionError as e:\n"
         '    raise KeyError("d" * 50_000_000) from e',
         'msg = "e" * 50_000_000\nraise BaseException(msg)',
     ],
