@@ -25,6 +25,7 @@ from pml.discovery.proto_wire import (
     varint,
     write_message,
 )
+from pml.freed_memory import release_freed_memory
 
 ort: Any = importlib.import_module("onnxruntime")
 
@@ -210,7 +211,7 @@ def test_a_failed_fusion_falls_back_to_the_shipped_graph(
     assert "fusing failed: truncated field" in caplog.text
     vector = embedder.embed(["what time is it"])
     assert abs(float(np.linalg.norm(vector[0])) - 1.0) < 1e-5
-    minilm.release_freed_memory()  # callable whatever the libc
+    release_freed_memory()  # callable whatever the libc
 
 
 def test_wire_format_round_trips_the_shipped_model() -> None:

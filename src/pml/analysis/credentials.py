@@ -30,7 +30,7 @@ import itertools
 import math
 import re
 from collections import Counter
-from typing import cast
+from typing import Final, cast
 
 # Words that name a credential when they appear in a keyword (split on case and punctuation).
 _SECRET_WORDS = frozenset(
@@ -150,6 +150,24 @@ _HEX_OR_UUID = re.compile(
 _PATH_SEPARATORS = re.compile(r"[/\\?&=#:;@]")
 _WORDS = re.compile(r"[A-Z]?[a-z]{3,}|[A-Z]{4,}|[0-9]{4,}")
 _PATH_LIKE = re.compile(r"^(?:[/~.]|[A-Za-z]:[\\/])|^[A-Za-z][A-Za-z0-9+.\-]*://|\.[A-Za-z]{1,5}$")
+
+# Credential shapes whose whole match is the secret (audit scrubbing and stored code).
+CREDENTIAL_SHAPES: Final = re.compile(
+    "|".join(
+        [
+            r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_\-]{16,}",
+            r"(?<![A-Za-z0-9])(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}",
+            r"(?<![A-Za-z0-9])gh[pousr]_[A-Za-z0-9]{20,}",
+            r"(?<![A-Za-z0-9])github_pat_[A-Za-z0-9_]{20,}",
+            r"(?<![A-Za-z0-9])glpat-[A-Za-z0-9_\-]{20,}",
+            r"(?<![A-Za-z0-9])xox[abprse]-[A-Za-z0-9\-]{10,}",
+            r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])",
+            r"(?<![A-Za-z0-9])AIza[0-9A-Za-z_\-]{35}",
+            r"(?<![A-Za-z0-9])npm_[A-Za-z0-9]{36}",
+            r"(?<![A-Za-z0-9_\-])eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}(?:\.[A-Za-z0-9_\-]*)?",
+        ]
+    )
+)
 
 
 def keyword_words(keyword: str) -> list[str]:

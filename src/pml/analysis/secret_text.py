@@ -31,28 +31,19 @@ from __future__ import annotations
 import re
 from typing import Final, cast
 
-from pml.analysis.credentials import is_secret_keyword, keyword_words, looks_random, looks_secret
+from pml.analysis.credentials import (
+    CREDENTIAL_SHAPES,
+    is_secret_keyword,
+    keyword_words,
+    looks_random,
+    looks_secret,
+)
 
 REDACTED: Final = "[REDACTED]"
 MAX_TOKEN = 256
 
 # Shapes whose whole match is the credential.
-_SHAPES = re.compile(
-    "|".join(
-        [
-            r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_\-]{16,}",
-            r"(?<![A-Za-z0-9])(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}",
-            r"(?<![A-Za-z0-9])gh[pousr]_[A-Za-z0-9]{20,}",
-            r"(?<![A-Za-z0-9])github_pat_[A-Za-z0-9_]{20,}",
-            r"(?<![A-Za-z0-9])glpat-[A-Za-z0-9_\-]{20,}",
-            r"(?<![A-Za-z0-9])xox[abprse]-[A-Za-z0-9\-]{10,}",
-            r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])",
-            r"(?<![A-Za-z0-9])AIza[0-9A-Za-z_\-]{35}",
-            r"(?<![A-Za-z0-9])npm_[A-Za-z0-9]{36}",
-            r"(?<![A-Za-z0-9_\-])eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}(?:\.[A-Za-z0-9_\-]*)?",
-        ]
-    )
-)
+_SHAPES = CREDENTIAL_SHAPES
 # ``Bearer <token>``, ``Basic <base64>``, ``token <value>``: the scheme word stays.
 _SCHEME = re.compile(
     r"(?i:\b(?:bearer|basic|token)[ \t]{1,8})([A-Za-z0-9\-._~+/]{8,}=*)(?![A-Za-z0-9\-._~+/=])"

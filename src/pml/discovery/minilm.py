@@ -20,14 +20,11 @@ thread-safe. Nothing here touches the network or writes files.
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import hashlib
 import importlib
 import importlib.util
 import logging
 import os
-import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,6 +36,7 @@ from tokenizers import Tokenizer
 
 from pml.discovery.int8_weights import int8_weights
 from pml.errors import ConfigError
+from pml.freed_memory import release_freed_memory
 
 logger = logging.getLogger(__name__)
 
@@ -185,27 +183,6 @@ def _from_file(ort: Any, model: bytes, options: Any) -> Any:
         return ort.InferenceSession(
             str(path), sess_options=options, providers=["CPUExecutionProvider"]
         )
-
-
-def release_freed_memory() -> None:
-    """Hand memory freed by C libraries back to the system (glibc's ``malloc_trim``).
-
-    Building the session and embedding a catalog free tens of MB in small blocks that glibc
-    otherwise keeps for the process's life (~35 MB measured in a gateway); elsewhere a no-op.
-    """
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
-@functools.cache
-def _malloc_trim() -> Any:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None).malloc_trim  # absent outside glibc (musl)
-    except (OSError, AttributeError):
-        return None
 
 
 def _unavailable(reason: str) -> ConfigError:

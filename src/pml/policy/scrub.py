@@ -43,7 +43,13 @@ from pathlib import PurePath
 from typing import Any, Final, cast
 from uuid import UUID
 
-from pml.analysis.credentials import is_secret_keyword, keyword_words, looks_random, looks_secret
+from pml.analysis.credentials import (
+    CREDENTIAL_SHAPES,
+    is_secret_keyword,
+    keyword_words,
+    looks_random,
+    looks_secret,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -59,22 +65,7 @@ MAX_TOTAL_CHARS: Final = 65536
 _MAX_INT: Final = 2**63
 
 # Credential shapes whose whole match is the secret.
-_TOKENS = re.compile(
-    "|".join(
-        [
-            r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_\-]{16,}",
-            r"(?<![A-Za-z0-9])(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}",
-            r"(?<![A-Za-z0-9])gh[pousr]_[A-Za-z0-9]{20,}",
-            r"(?<![A-Za-z0-9])github_pat_[A-Za-z0-9_]{20,}",
-            r"(?<![A-Za-z0-9])glpat-[A-Za-z0-9_\-]{20,}",
-            r"(?<![A-Za-z0-9])xox[abprse]-[A-Za-z0-9\-]{10,}",
-            r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])",
-            r"(?<![A-Za-z0-9])AIza[0-9A-Za-z_\-]{35}",
-            r"(?<![A-Za-z0-9])npm_[A-Za-z0-9]{36}",
-            r"(?<![A-Za-z0-9_\-])eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}(?:\.[A-Za-z0-9_\-]*)?",
-        ]
-    )
-)
+_TOKENS = CREDENTIAL_SHAPES
 # ``Bearer <token>`` / ``Basic <base64>``: the scheme word stays, the credential goes.
 _AUTH_SCHEME = re.compile(
     r"(?i:\b(bearer|basic|token)\s{1,8})([A-Za-z0-9\-._~+/]{8,}=*)(?![A-Za-z0-9\-._~+/=])"

@@ -42,13 +42,14 @@ import pydantic_monty as monty
 
 from pml.config import SandboxSettings
 from pml.errors import ExecutionFailed, InternalError, InvalidInput, LimitExceeded
+from pml.freed_memory import release_freed_memory
 from pml.sandbox.base import RunOutcome, TenantKey, ToolCaller
 from pml.sandbox.bridge import RunBridge
 from pml.sandbox.failures import MAX_RECURSION_DEPTH, timeout_error, translate
 from pml.sandbox.guards import ERROR_TOO_LONG, MAX_RESULT_INPUT, RESULT_TOO_LARGE
 from pml.sandbox.jsonvalue import NotJsonError, json_size, json_value
 from pml.sandbox.program import BRIDGE, Program, prepare
-from pml.sandbox.truncate import TRUNCATION_MARK, release_freed_memory
+from pml.sandbox.truncate import TRUNCATION_MARK
 from pml.telemetry import observe
 
 # Host round trips a run may make besides tool calls (name lookups of undefined names,

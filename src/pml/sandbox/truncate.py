@@ -15,11 +15,7 @@ Example::
 
 from __future__ import annotations
 
-import ctypes
-import functools
-import sys
 import unicodedata
-from typing import Any
 
 from pml.config import SandboxSettings
 
@@ -93,21 +89,3 @@ def _cut(text: str, max_bytes: int) -> int:
     ):
         end -= 1
     return end
-
-
-def release_freed_memory() -> None:
-    """Hand memory freed after a huge value crossed back to the system (glibc's
-    ``malloc_trim``; elsewhere a no-op)."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
-@functools.cache
-def _malloc_trim() -> Any:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None).malloc_trim  # absent outside glibc (musl)
-    except (OSError, AttributeError):
-        return None
