@@ -200,3 +200,23 @@ async def test_only_unnamed_captures_schedule_a_check(db: Database) -> None:
 
     assert started == []  # the database holds no unnamed capability of acme.web
     assert AUTO_USER == "pml-curation"
+
+
+async def test_a_stream_of_captures_is_counted_once_a_recheck_interval(db: Database) -> None:
+    started: list[Scope] = []
+
+    async def record(scope: Scope) -> None:
+        started.append(scope)
+
+    auto = AutoRuns(db, record, after=1, recheck_s=0.5)
+    change = CapabilityChange("acme", "web", "x", UNNAMED_CAPTURE, "o")
+    async with auto.running():
+        with anyio.fail_after(20):
+            for _ in range(120):  # a capture heard every 10 ms for ~1.2 s
+                await auto.capability_changed(change)
+                await anyio.sleep(0.01)
+            await auto.settled()
+
+    # one check every 0.5 s at most (without the interval: one per capture heard, ~100)
+    assert 2 <= auto.checks <= 5
+    assert started == []  # nothing unnamed in acme.web's database

@@ -11,8 +11,9 @@ for (or fails because of) curation. The check counts, in the database, the unnam
 capabilities of the project created since its last ``suggest``/``auto`` run (so the count
 survives restarts and includes captures made by other processes), and starts a run when
 there are at least ``after``. One check or run per project at a time in this process;
-captures that arrive meanwhile make it look again when it is done. Outside ``running()``
-(a CLI command) changes are ignored.
+captures that arrive meanwhile make it look again when it is done, at most once every
+``recheck_s`` (a stream of captures is counted twice a second, not once per capture: each
+check is a database read). Outside ``running()`` (a CLI command) changes are ignored.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ logger = logging.getLogger(__name__)
 # The user automatic runs act as: it sees the project's capabilities except private ones.
 AUTO_USER: Final = "pml-curation"
 COUNTED_MODES: Final = ("suggest", "auto")
+RECHECK_S: Final = 0.5
 
 StartRun = Callable[[Scope], Awaitable[object]]
 
@@ -43,10 +45,14 @@ StartRun = Callable[[Scope], Awaitable[object]]
 class AutoRuns:
     """Schedules automatic suggest runs per org/project (see module)."""
 
-    def __init__(self, db: Database, start_run: StartRun, *, after: int) -> None:
+    def __init__(
+        self, db: Database, start_run: StartRun, *, after: int, recheck_s: float = RECHECK_S
+    ) -> None:
         self._db = db
         self._start_run = start_run
         self.after = after
+        self.recheck_s = recheck_s
+        self.checks = 0
         self._tasks: TaskGroup | None = None
         self._busy: set[tuple[str, str]] = set()
         self._again: set[tuple[str, str]] = set()
@@ -84,6 +90,7 @@ class AutoRuns:
 
     async def due(self, org: str, project: str) -> bool:
         """Whether ``after`` unnamed capabilities were created since the last run."""
+        self.checks += 1
         async with self._db.read() as conn:
             repo = SqlCurationRepository(conn)
             since = await repo.last_run_at(org, project, COUNTED_MODES)
@@ -95,9 +102,12 @@ class AutoRuns:
         try:
             while True:
                 self._again.discard(key)
+                checked_at = anyio.current_time()
                 if await self.due(org, project):
                     self.runs_started += 1
                     await self._start_run(Scope(org, project, AUTO_USER))
+                # captures heard until then wait for one more check, not one each
+                await anyio.sleep(self.recheck_s - (anyio.current_time() - checked_at))
                 if key not in self._again:
                     return
         except PmlError as error:
