@@ -1,6 +1,7 @@
 """Discovery quality and speed: the reference servers' tools plus synthetic capabilities.
 
     python benchmarks/discovery.py [--items 10000] [--queries benchmarks/data/discovery_dev.json]
+                                   [--queries MORE.json ...] [--holdout]
                                    [--embedder auto|minilm|hashing] [--db PATH]
 
 Builds a fresh SQLite database holding ``items - 51`` named synthetic capabilities (the
@@ -9,9 +10,14 @@ learned capabilities of one project) next to the 51 tools of the real reference 
 listed from the servers by ``snapshot_reference_tools.py``), opens a ``DiscoveryService`` on
 it as ``pml serve`` does, and runs each query of the set once through ``discover`` (the
 query's embedding included: the query cache is off). Prints one JSON line:
-``{"n_items", "recall_at_1", "recall_at_5", "mrr", "p50_ms", "p95_ms", ...}`` with the index
-build time and the embedder used. ``--db`` keeps the database (and its stored vectors) so a
-second run skips the captures and the embedding.
+``{"n_items", "recall_at_1", "recall_at_5", "mrr", "p50_ms", "p95_ms", "per_kind", ...}``
+for the first query set (the development set unless ``--queries`` says otherwise), with the
+index build time and the embedder used; ``per_kind`` gives the same figures for the tool and
+the capability queries apart. Every further set (``--queries`` again, or ``--holdout``: the
+held-out sets ``tests/discovery/data/discovery_holdout*.json``, to be looked at, never tuned
+on) is reported under ``"sets": {<file stem>: {...}}`` with its own per-kind figures.
+``--db`` keeps the database (and its stored vectors) so a second run skips the captures and
+the embedding.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "discovery"))
 from quality import (  # pyright: ignore[reportMissingImports]
     DEV_SET,
+    HOLDOUT_SETS,
+    Report,
     StaticTools,
     evaluate,
     fill,
@@ -47,8 +55,21 @@ from pml.storage.database import Database
 SCOPE = Scope("local", "default", "bench")
 
 
+def figures(report: Report) -> dict[str, object]:
+    return {
+        **report.summary(),
+        "n_queries": report.n_queries,
+        "per_kind": report.per_kind(),
+    }
+
+
+def missed(report: Report) -> list[dict[str, object]]:
+    misses = report.misses
+    return [{"query": q, "top3": top} for q, top in misses][:20]
+
+
 async def run(
-    items: int, queries_path: Path, embedder_choice: str, db_path: Path
+    items: int, query_sets: list[Path], embedder_choice: str, db_path: Path
 ) -> dict[str, object]:
     tools = reference_tools()
     synthetic = generate(max(items - len(tools), 50))
@@ -69,17 +90,19 @@ async def run(
         started = time.perf_counter()
         await service.refresh()
         build_s = time.perf_counter() - started
-        queries = load_queries(queries_path)
         await service.discover(SCOPE, "warm up the worker thread")
-        report = await evaluate(service, SCOPE, queries, names)
+        reports = [await evaluate(service, SCOPE, load_queries(path), names) for path in query_sets]
         return {
             "n_items": len(service),
-            **report.summary(),
-            "n_queries": report.n_queries,
+            **figures(reports[0]),
             "embedder": embedder.model_id,
             "capture_s": round(fill_s, 1),
             "index_build_s": round(build_s, 2),
-            "misses": [{"query": q, "top3": top} for q, top in report.misses][:20],
+            "misses": missed(reports[0]),
+            "sets": {
+                path.stem: {**figures(report), "misses": missed(report)}
+                for path, report in zip(query_sets[1:], reports[1:], strict=True)
+            },
         }
     finally:
         await db.close()
@@ -88,13 +111,19 @@ async def run(
 def main() -> None:
     parser = argparse.ArgumentParser(description="Discovery quality and speed")
     parser.add_argument("--items", type=int, default=10_000)
-    parser.add_argument("--queries", type=Path, default=DEV_SET)
+    parser.add_argument(
+        "--queries", type=Path, action="append", help="a query set (repeatable; first: the dev set)"
+    )
+    parser.add_argument("--holdout", action="store_true", help="also the held-out sets")
     parser.add_argument("--embedder", default="auto", choices=["auto", "minilm", "hashing"])
     parser.add_argument("--db", type=Path, default=None)
     options = parser.parse_args()
+    query_sets: list[Path] = options.queries or [DEV_SET]
+    if options.holdout:
+        query_sets += [path for path in HOLDOUT_SETS if path not in query_sets]
     with tempfile.TemporaryDirectory() as tmp:
         db_path = options.db or Path(tmp) / "discovery.db"
-        result = anyio.run(run, options.items, options.queries, options.embedder, db_path)
+        result = anyio.run(run, options.items, query_sets, options.embedder, db_path)
     print(json.dumps(result))
 
 

@@ -4,10 +4,13 @@
     names = await fill(registry, scope, generate(2000))   # synthetic capabilities, named
     report = await evaluate(service, scope, load_queries(path), names)
     report.recall_at_5, report.p95_ms, report.misses
+    report.per_kind()      # {"tool": {...}, "capability": {...}}: the same figures per kind
 
-Used by ``benchmarks/discovery.py`` (the development set) and by the held-out test.
-A query names its expected item as ``tool:<server>:<tool>`` or ``capability:<id>`` (an id
-of the synthetic generator); ``expected_any`` lists equally good answers.
+Used by ``benchmarks/discovery.py`` (the development set, and the held-out sets with
+``--holdout``) and by the held-out tests. A query names its expected item as
+``tool:<server>:<tool>`` or ``capability:<id>`` (an id of the synthetic generator);
+``expected_any`` lists equally good answers. A query's kind is that of its answers
+(``mixed`` when they are of both kinds).
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCHMARK_DATA = ROOT / "benchmarks" / "data"
 DEV_SET = BENCHMARK_DATA / "discovery_dev.json"
 HOLDOUT_SET = Path(__file__).resolve().parent / "data" / "discovery_holdout.json"
+# written after the ranking work of issue 20 began, never shown to it: look at it once
+HOLDOUT_V2_SET = Path(__file__).resolve().parent / "data" / "discovery_holdout_v2.json"
+HOLDOUT_SETS = (HOLDOUT_SET, HOLDOUT_V2_SET)
 RANKS = 5  # what an agent gets by default; MRR is MRR@5
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -66,6 +72,12 @@ class Query:
     text: str
     expected: frozenset[str]
 
+    @property
+    def kind(self) -> str:
+        """``tool``, ``capability`` or ``mixed``: the kind of the expected answers."""
+        kinds = {key.split(":", 1)[0] for key in self.expected}
+        return kinds.pop() if len(kinds) == 1 else "mixed"
+
 
 def load_queries(path: Path) -> list[Query]:
     queries: list[Query] = []
@@ -73,6 +85,16 @@ def load_queries(path: Path) -> list[Query]:
         expected = item.get("expected_any") or [item["expected"]]
         queries.append(Query(item["query"], frozenset(expected)))
     return queries
+
+
+def capability_ids(queries: list[Query]) -> set[str]:
+    """The synthetic capability ids ``queries`` expect."""
+    return {
+        key.removeprefix("capability:")
+        for query in queries
+        for key in query.expected
+        if key.startswith("capability:")
+    }
 
 
 async def fill(
@@ -102,6 +124,24 @@ class Report:
     reciprocal_ranks: list[float] = field(default_factory=list[float])
     latencies_ms: list[float] = field(default_factory=list[float])
     misses: list[tuple[str, list[str]]] = field(default_factory=list[tuple[str, list[str]]])
+    kinds: dict[str, Report] = field(default_factory=dict[str, "Report"])
+
+    def add(self, rank: int | None, latency_ms: float, query: str, top: list[str]) -> None:
+        """Count one query answered at ``rank`` (None: not in the results)."""
+        self.n_queries += 1
+        self.hits_at_1 += rank == 1
+        self.hits_at_5 += rank is not None and rank <= RANKS
+        self.reciprocal_ranks.append(1 / rank if rank else 0.0)
+        self.latencies_ms.append(latency_ms)
+        if rank is None or rank > RANKS:
+            self.misses.append((query, top))
+
+    def per_kind(self) -> dict[str, dict[str, float]]:
+        """recall@1, recall@5, MRR and latency for each kind of query, with their count."""
+        return {
+            kind: {"n_queries": part.n_queries, **part.summary()}
+            for kind, part in sorted(self.kinds.items())
+        }
 
     @property
     def recall_at_1(self) -> float:
@@ -143,13 +183,9 @@ async def evaluate(
     for query in queries:
         started = time.perf_counter()
         results = await service.discover(scope, query.text, limit=RANKS)
-        report.latencies_ms.append((time.perf_counter() - started) * 1000)
+        latency_ms = (time.perf_counter() - started) * 1000
         keys = [result_key(result, names) for result in results]
         rank = next((i + 1 for i, key in enumerate(keys) if key in query.expected), None)
-        report.n_queries += 1
-        report.hits_at_1 += rank == 1
-        report.hits_at_5 += rank is not None and rank <= 5
-        report.reciprocal_ranks.append(1 / rank if rank else 0.0)
-        if rank is None or rank > 5:
-            report.misses.append((query.text, keys[:3]))
+        report.add(rank, latency_ms, query.text, keys[:3])
+        report.kinds.setdefault(query.kind, Report()).add(rank, latency_ms, query.text, keys[:3])
     return report
