@@ -8,6 +8,12 @@ checks never drift apart::
 
 ``$defs`` references are inlined, ``title`` noise is dropped and ``X | None = None``
 fields are shown as optional ``X`` (several clients in use cannot follow ``$ref``).
+
+``tools/list`` is part of every agent request, so the eight tools are terse: together at
+most 1 000 tokens (cl100k; ``benchmarks/context.py``, ``tests/gateway/test_schemas_tokens.py``).
+Field docs are given only where the name and the tool's description do not say it, and
+rules checked on every call but not worth their tokens are not advertised (see
+``_UNADVERTISED``): validation is the models', exactly as strict.
 """
 
 from __future__ import annotations
@@ -132,54 +138,43 @@ class CurateParams(_Params):
         return self
 
 
+# Field docs, only where the name and the tool's description do not already say it: every
+# word here is read by the agent on every request (``tools/list`` is part of its context).
 DOCS: dict[str, str] = {
-    "intent": "What you want to achieve, in plain words.",
-    "code": "Python snippet; call tools with `await mcp.<server>.<tool>(...)`; `return` a value.",
-    "capability": "A capability to run: display name, alias, FQDN or mcp__ns__action[@version].",
-    "args": "Arguments: the snippet's `args`, or the capability's parameters.",
-    "name": "The capability: display name, alias, FQDN or mcp__ns__action, optional @version.",
-    "update": "With name and code: store the code as a new version of that capability.",
-    "routing": "Explicit routing override: local or cloud.",
-    "options": "Execution options.",
-    "timeout_ms": "Wall-time limit of the run, in milliseconds.",
-    "continue_workflow": (
-        "Resume a workflow that waited for a person's approval (only once a person decided)."
-    ),
-    "workflow_id": "The workflowId of the approval_required answer.",
-    "approved": "true to resume once a person approved; false withdraws the request.",
-    "grant": "once, session or always: used only where the gateway lets agents approve.",
-    "limit": "Maximum number of results.",
-    "kind": "tool, capability or all.",
-    "min_score": "Drop results scoring below this (0 to 1).",
-    "pattern": "Glob on the display name, e.g. 'fs:*'.",
-    "named_only": "Only capabilities with a chosen name.",
-    "unnamed_only": "Only capabilities still named unnamed_<hash>.",
-    "tags": "Tags that must all be present.",
-    "created_by": "Only those created by this user.",
-    "visibility": "private, project, org or public.",
-    "sort_by": "usage, name or created.",
-    "order": "asc or desc (default: asc for name, desc otherwise).",
-    "offset": "Results to skip (paging).",
-    "fqdn": "The full identity <org>.<project>.<namespace>.<action>.<hash>.",
-    "new_name": "The new display name; the old one stays as an alias.",
-    "description": "A new description.",
-    "mode": "suggest (nothing changes), auto (apply confident suggestions) or apply (renames).",
-    "filter": "Which capabilities to consider.",
-    "min_usage": "Only capabilities used at least this often.",
-    "renames": "For mode apply: the renames to make.",
-    "id": "The capability's id or FQDN.",
+    "continue_workflow": "Resume a run that waited for a person's approval.",
+    "pattern": "Glob on the name, e.g. fs:*",
+}
+EXECUTE_DOCS: dict[str, str] = {
+    "intent": "What you want, in plain words.",
+    "name": "Save under this name (with update: the capability to give a new version).",
 }
 
 
-# The bounds every free text shares (1..10 000 characters) are checked on every call but not
-# advertised: repeated on each text field they would cost an agent's context more tokens
-# than they help it (an overlong value gets INVALID_INPUT naming the field and the limit).
-_GENERIC_BOUNDS: Final[dict[str, object]] = {"minLength": 1, "maxLength": TEXT_MAX}
-_NO_BOUND: Final = object()
+# Checked on every call but not advertised: the bounds every free text shares and the
+# text-hygiene rules (no NUL, no control characters). Repeated on each text field they cost
+# an agent's context more tokens than they help it; a value that breaks one gets
+# INVALID_INPUT naming the field and the rule. Objects are closed by the models (an unknown
+# field is INVALID_INPUT naming it), and an open one is the JSON Schema default.
+_UNADVERTISED: Final[frozenset[tuple[str, type, object]]] = frozenset(
+    {
+        ("minLength", int, 1),
+        ("maxLength", int, TEXT_MAX),
+        ("maxLength", int, 1_000),
+        ("pattern", str, r"^[^\x00]*$"),
+        ("pattern", str, r"^[^\x00-\x1f\x7f]*$"),
+        ("additionalProperties", bool, False),
+        ("additionalProperties", bool, True),
+        # an option that is off or zero unless given says nothing by its default
+        ("default", bool, False),
+        ("default", int, 0),
+        ("default", float, 0.0),
+    }
+)
 
 
 def json_schema(model: type[BaseModel], docs: Mapping[str, str] = DOCS) -> dict[str, Any]:
-    """The model's JSON schema, self-contained, with a description per documented field."""
+    """The model's JSON schema as advertised: self-contained, with a description only for
+    the fields ``docs`` names (see ``DOCS``)."""
     raw = model.model_json_schema()
     defs = cast(dict[str, Any], raw.pop("$defs", {}))
     raw.pop("description", None)  # the model's docstring is written for developers
@@ -203,7 +198,7 @@ def _clean(node: object, defs: Mapping[str, Any], docs: Mapping[str, str]) -> ob
             return _clean({**options[0], **rest}, defs, docs)
     cleaned: dict[str, Any] = {}
     for key, value in schema.items():
-        if key == "title" or _GENERIC_BOUNDS.get(key, _NO_BOUND) == value:
+        if key in ("title", "description") or _unadvertised(key, value):
             continue
         if key == "properties":
             properties = cast(dict[str, Any], value)
@@ -216,16 +211,18 @@ def _clean(node: object, defs: Mapping[str, Any], docs: Mapping[str, str]) -> ob
     return cleaned
 
 
+def _unadvertised(key: str, value: object) -> bool:
+    return isinstance(value, (bool, int, float, str)) and (key, type(value), value) in _UNADVERTISED
+
+
 def _describe(schema: object, doc: str | None) -> object:
     if doc is None or not isinstance(schema, dict):
         return schema
-    fields = cast(dict[str, Any], schema)
-    return fields if "description" in fields else {"description": doc, **fields}
+    return {"description": doc, **cast(dict[str, Any], schema)}
 
 
 def _tool(
     name: str,
-    title: str,
     description: str,
     params: type[BaseModel],
     *,
@@ -234,10 +231,11 @@ def _tool(
 ) -> mcp_types.Tool:
     return mcp_types.Tool(
         name=name,
-        title=title,
         description=description,
         input_schema=json_schema(params, {**DOCS, **(docs or {})}),
-        annotations=mcp_types.ToolAnnotations(read_only_hint=read_only, open_world_hint=False),
+        # readOnlyHint lets a client run a lookup without asking; the absent hints keep
+        # their defaults (a client asks before the tools that change something)
+        annotations=mcp_types.ToolAnnotations(read_only_hint=True) if read_only else None,
     )
 
 
@@ -246,69 +244,59 @@ STATIC_TOOLS: dict[str, mcp_types.Tool] = {
     for tool in (
         _tool(
             "pml_discover",
-            "Discover tools and capabilities",
-            "Find upstream tools and learned capabilities for an intent. Each result carries "
-            "what is needed to call it (callName, inputSchema) without another round trip.",
+            "Find MCP tools and saved capabilities for an intent, best first; each result "
+            "gives its callName and inputSchema.",
             DiscoverParams,
             read_only=True,
         ),
         _tool(
             "pml_execute",
-            "Execute code or a capability",
-            "Run a Python snippet that calls MCP tools (`await mcp.<server>.<tool>(...)`), call "
-            "a capability by name (`capability`), or, with neither, get suggestions for the "
-            "intent. A successful snippet is saved as a reusable capability.",
+            "Run Python `code` calling MCP tools (`await mcp.<server>.<tool>(key=value)`); "
+            "inputs are in `args`; `return` the result. Success saves it as a reusable "
+            "capability: run a saved one by `capability` name with `args`. Neither: "
+            "suggestions for the intent.",
             ExecuteParams,
             read_only=False,
-            docs={"name": "Display name of the new capability, or the one to update (update)."},
+            docs=EXECUTE_DOCS,
         ),
         _tool(
             "cap_list",
-            "List capabilities",
-            "List the capabilities visible in your scope, filtered and sorted: {items, total}.",
+            "List saved capabilities: {items, total}.",
             ListParams,
             read_only=True,
         ),
         _tool(
             "cap_lookup",
-            "Look up a capability",
-            "Resolve a name (display name, alias, FQDN, mcp__ns__action, optional @version) "
-            "to its identity, usage, routing and version.",
+            "A capability's identity, usage, routing and version by name, alias, FQDN or "
+            "tool name (optional @version).",
             LookupParams,
             read_only=True,
         ),
         _tool(
             "cap_whois",
-            "Capability record",
-            "The full record behind an FQDN, with its aliases and number of versions.",
+            "The full record of an FQDN, with its aliases and version count.",
             WhoisParams,
             read_only=True,
         ),
         _tool(
             "cap_rename",
-            "Rename a capability",
-            "Rename a capability and/or change its description, tags, visibility or routing. "
-            "The old name keeps working as an alias.",
+            "Rename a capability (the old name stays an alias) or set its description, tags "
+            "(replaced), visibility or routing.",
             RenameParams,
             read_only=False,
-            docs={"tags": "The new tags (they replace the current ones)."},
         ),
         _tool(
             "cap_history",
-            "Capability versions",
-            "The versions of a capability, newest first, each with a unified diff to the "
-            "previous one.",
+            "A capability's versions, newest first, each with a diff to the one before.",
             HistoryParams,
             read_only=True,
         ),
         _tool(
             "cap_curate",
-            "Curate capability names",
-            "Suggest names for unnamed capabilities (mode suggest), apply the confident ones "
-            "(auto), or apply given renames (apply).",
+            "Name unnamed capabilities: suggest (changes nothing), auto (applies confident "
+            "suggestions) or apply `renames`.",
             CurateParams,
             read_only=False,
-            docs={"name": "The new display name."},
         ),
     )
 }
