@@ -7,8 +7,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pml.registry.models import CapabilityRecord
@@ -102,3 +104,35 @@ async def make(
     result = await registry.capture(scope, draft, latency_ms=5.0)
     assert result.created
     return result.record
+
+
+def early_record(code: str, intent: str = "a dozen") -> dict[str, object]:
+    """A ``capability_records`` row with only the columns every revision since 0002 has:
+    what an older gateway wrote, for migration tests."""
+    now = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+    digest = hashlib.sha256(code.encode()).hexdigest()
+    return {
+        "fqdn": f"acme.webapp.code.exec_{digest[:8]}.{digest[:4]}",
+        "id": f"00000000-0000-0000-0000-{digest[:12]}",
+        "record_type": "capability",
+        "org": "acme",
+        "project": "webapp",
+        "display_name": f"unnamed_{digest[:8]}",
+        "named": False,
+        "namespace": "code",
+        "action": f"exec_{digest[:8]}",
+        "tool_name": f"mcp__code__exec_{digest[:8]}",
+        "hash": digest[:4],
+        "code": code,
+        "code_hash": digest,
+        "intent": intent,
+        "parameters_schema": {"type": "object"},
+        "tools_used": [],
+        "routing": "local",
+        "tags": [],
+        "created_by": "erwan",
+        "created_at": now,
+        "updated_by": "erwan",
+        "updated_at": now,
+        "usage_count": 1,
+    }

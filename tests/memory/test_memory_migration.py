@@ -9,8 +9,10 @@ import sqlalchemy as sa
 from pml.memory.store import MemoryStore
 from pml.registry.models import ListQuery
 from pml.registry.scope import Scope
-from pml.registry.service import CapabilityDraft, CapabilityRegistry
+from pml.registry.service import CapabilityRegistry
 from pml.storage.database import Database
+from pml.storage.tables import capability_records
+from samples import early_record
 
 pytestmark = pytest.mark.anyio
 
@@ -39,9 +41,11 @@ async def test_upgrading_from_0012_adds_memories_and_keeps_capabilities(blank_ur
         await db.upgrade("0012")
         assert "memories" not in await _tables(db)
         registry = CapabilityRegistry(db)
-        await registry.capture(scope, CapabilityDraft(code="return 13", intent="x"), latency_ms=1)
+        # the record as a 0012 gateway wrote it (today's code writes later columns too)
+        async with db.transaction() as conn:
+            await conn.execute(capability_records.insert().values(early_record("return 13", "x")))
         await db.upgrade()
-        assert await db.current_revision() == "0014"
+        assert await db.current_revision() == "0015"
         assert "ix_memories_org_project_user_id_created_at" in await _indexes(db)
         fact, new = await MemoryStore(db).add(
             scope, "I prefer metric units", sensitivity="low", source="cli"

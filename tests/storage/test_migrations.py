@@ -12,11 +12,12 @@ from alembic.runtime.migration import MigrationContext
 from pml.registry.models import ListQuery
 from pml.registry.names import tool_name_for
 from pml.registry.scope import Scope
-from pml.registry.service import CapabilityDraft, CapabilityRegistry
+from pml.registry.service import CapabilityRegistry
 from pml.storage.database import Database, head_revision
 from pml.storage.memory_repo import memories
 from pml.storage.session_repo import McpSessionStore, SessionRecord, mcp_sessions
 from pml.storage.tables import capability_records, metadata
+from samples import early_record
 
 pytestmark = pytest.mark.anyio
 
@@ -35,7 +36,7 @@ def _differences(conn: sa.Connection) -> list[object]:
 async def test_a_blank_database_is_migrated_to_head_on_open(blank_url: str) -> None:
     db = await Database.open(blank_url)
     try:
-        assert await db.current_revision() == head_revision() == "0014"
+        assert await db.current_revision() == head_revision() == "0015"
         async with db.read() as conn:
             differences = await conn.run_sync(_differences)
         assert differences == []
@@ -452,9 +453,9 @@ async def test_upgrading_to_0012_adds_shared_mcp_sessions_and_keeps_capabilities
         async with db.read() as conn:
             tables_before = await conn.run_sync(lambda sync: sa.inspect(sync).get_table_names())
         registry = CapabilityRegistry(db)
-        await registry.capture(
-            scope, CapabilityDraft(code="return 12", intent="a dozen"), latency_ms=1.0
-        )
+        # the record as a 0011 gateway wrote it (today's code writes later columns too)
+        async with db.transaction() as conn:
+            await conn.execute(capability_records.insert().values(early_record("return 12")))
         await db.upgrade()
         store = McpSessionStore(db)
         record = SessionRecord("a" * 64, "b" * 64, scope, "2025-11-25", {"capabilities": {}})
@@ -463,7 +464,7 @@ async def test_upgrading_to_0012_adds_shared_mcp_sessions_and_keeps_capabilities
             count = await conn.execute(sa.select(sa.func.count()).select_from(mcp_sessions))
             sessions = count.scalar_one()
         assert "mcp_sessions" not in tables_before
-        assert await db.current_revision() == "0014"
+        assert await db.current_revision() == "0015"
         assert sessions == 1
         assert await store.find("a" * 64, idle_s=60) == record
         assert (await registry.list(scope, ListQuery())).total == 1

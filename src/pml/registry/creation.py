@@ -190,6 +190,9 @@ def first_use(
         success_count=1,
         total_latency_ms=latency_ms,
         last_used_at=now,
+        recent_outcomes=1,
+        recent_runs=1,
+        recent_latency_ms=latency_ms,
     )
 
 

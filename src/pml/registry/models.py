@@ -68,6 +68,10 @@ class CapabilityRecord:
     deprecated_by: str | None = None
     deprecation_message: str | None = None
     replaced_by: str | None = None  # the FQDN of the capability to use instead
+    # the last runs (``pml.registry.reliability``): a bit each, how many, their latency
+    recent_outcomes: int = 0
+    recent_runs: int = 0
+    recent_latency_ms: float = 0.0
 
     @property
     def archived(self) -> bool:

@@ -30,6 +30,7 @@ from pml.storage.capability_queries import (
     record_of,
     visible_to,
 )
+from pml.storage.capability_usage import add_usage
 from pml.storage.capability_writes import single_statements
 from pml.storage.database import Database
 from pml.storage.tables import (
@@ -321,22 +322,14 @@ class SqlCapabilityRepository:
         self, fqdn: str, *, success: bool, latency_ms: float, at: datetime
     ) -> None:
         """Count one run: usage, success and latency are incremented in the database."""
-        await self.add_usage(fqdn, runs=1, successes=int(success), latency_ms=latency_ms, at=at)
-
-    async def add_usage(
-        self, fqdn: str, *, runs: int, successes: int, latency_ms: float, at: datetime
-    ) -> None:
-        """Count ``runs`` runs at once (a batch): increments, never a read-modify-write."""
-        r = records.c
-        await self.conn.execute(
-            records.update()
-            .where(r.fqdn == fqdn)
-            .values(
-                usage_count=r.usage_count + runs,
-                success_count=r.success_count + successes,
-                total_latency_ms=r.total_latency_ms + latency_ms,
-                last_used_at=at,
-            )
+        await add_usage(
+            self.conn,
+            fqdn,
+            runs=1,
+            successes=int(success),
+            latency_ms=latency_ms,
+            at=at,
+            outcomes=(success,),
         )
 
     async def list_visible(self, scope: Scope, query: ListQuery) -> Page:

@@ -3,8 +3,8 @@
 Migrations under ``storage/migrations`` create exactly these tables; a test compares the
 migrated database with this metadata, so the two cannot drift apart.
 
-    capability_records (+ _aliases, _versions, _version_tags, _tags)   the registry: one
-        row per capability or MCP server (FQDN key); history is append-only (triggers)
+    capability_records (+ _aliases, _versions, _version_tags, _tags, _intents)   the
+        registry: one row per capability or MCP server (FQDN key); history is append-only
     tool_schema, tool_usage, tool_usage_daily   the upstream catalog and every tool call
     execution_traces, workflow_state   snippet runs; short-lived state (handoffs, approvals)
     audit_events, permission_grants, api_keys, dashboard_sessions   who may do what, and did
@@ -76,6 +76,10 @@ capability_records = sa.Table(
     sa.Column("success_count", sa.BigInteger(), nullable=False, server_default="0"),
     sa.Column("total_latency_ms", sa.Float(), nullable=False, server_default="0"),
     sa.Column("last_used_at", UtcDateTime(), nullable=True),
+    # the last runs: a bit each (newest lowest), how many count (<= 10), their mean latency
+    sa.Column("recent_outcomes", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("recent_runs", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("recent_latency_ms", sa.Float(), nullable=False, server_default="0"),
     # An archived record keeps its FQDN and history, frees its names (its aliases wait here)
     sa.Column("archived_at", UtcDateTime(), nullable=True),
     sa.Column("archived_by", sa.String(128), nullable=True),
@@ -96,6 +100,26 @@ capability_records = sa.Table(
     sa.Index(None, "created_by"),
     sa.Index(None, "visibility"),
     sa.Index(None, "updated_at"),
+)
+
+# The distinct intents a capability was asked for with (bounded per capability).
+capability_intents = sa.Table(
+    "capability_intents",
+    metadata,
+    sa.Column(
+        "fqdn",
+        sa.String(400),
+        sa.ForeignKey("capability_records.fqdn", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("text_hash", sa.String(64), primary_key=True),  # of the normalised text
+    sa.Column("text", sa.Text(), nullable=False),
+    sa.Column("source", sa.String(16), nullable=False),
+    sa.Column("created_by", sa.String(128), nullable=False),
+    sa.Column("first_seen_at", UtcDateTime(), nullable=False),
+    sa.Column("last_seen_at", UtcDateTime(), nullable=False),
+    sa.Column("uses", sa.Integer(), nullable=False, server_default="1"),
+    sa.Index(None, "last_seen_at"),
 )
 
 capability_aliases = sa.Table(
