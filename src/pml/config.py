@@ -41,6 +41,7 @@ from pml.errors import ConfigError
 from pml.sections import AuditSettings as AuditSettings
 from pml.sections import CurationSettings as CurationSettings
 from pml.sections import DiscoverySettings as DiscoverySettings
+from pml.sections import GatewaySettings as GatewaySettings
 from pml.sections import IntentPolicySettings as IntentPolicySettings
 from pml.sections import LlmSettings as LlmSettings
 from pml.sections import PermissionCapabilityName as PermissionCapabilityName
@@ -109,6 +110,7 @@ class Settings(BaseSettings):
     expose_upstream: bool = False
     # tools/list page size: one page holds every tool of a usual install (cursors beyond).
     tools_page_size: int = Field(default=10_000, ge=1, le=100_000)
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class RoutingSettings(BaseModel):
@@ -171,6 +171,26 @@ class UpstreamSettings(BaseModel):
     start_timeout_s: float = Field(default=30.0, gt=0)
     idle_timeout_s: float = Field(default=300.0, gt=0)
     list_wait_s: float = Field(default=2.0, ge=0, le=300)
+
+
+class GatewaySettings(BaseModel):
+    """What the gateway's ``tools/list`` shows (SPEC §6.6).
+
+    ``capability_tools_budget``: the tokens (cl100k, estimated) the named capabilities'
+    tools may take in one caller's ``tools/list``, most used and most recent first; the
+    rest stay callable by name and found by ``pml_discover``. 0 lists none. Read at start.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    capability_tools_budget: int = Field(default=4_500, ge=0, le=1_000_000)
+
+    @field_validator("capability_tools_budget", mode="before")
+    @classmethod
+    def _a_whole_number(cls, value: object) -> object:
+        if isinstance(value, (bool, float)):
+            raise ValueError("must be a whole number of tokens")  # not true, nor 4500.0
+        return value
 
 
 class DiscoverySettings(BaseModel):

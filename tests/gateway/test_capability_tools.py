@@ -259,11 +259,12 @@ async def test_every_kind_of_tool_call_writes_a_tool_usage_row(
     assert whois["total_latency_ms"] > 1
 
 
-async def test_five_thousand_capability_tools_list_in_one_response(gateway: Gateway) -> None:
+async def insert_bulk(gateway: Gateway, count: int) -> None:
+    """``count`` named capabilities written straight to the registry's tables."""
     now = utc_now()
     async with gateway.db.transaction() as conn:
         repo = SqlCapabilityRepository(conn)
-        for index in range(5000):
+        for index in range(count):
             fqdn = f"acme.webapp.bulk.tool_{index}.{index:04x}"
             record = replace(
                 blank_record(SCOPE, fqdn, now),
@@ -277,15 +278,41 @@ async def test_five_thousand_capability_tools_list_in_one_response(gateway: Gate
             )
             await repo.insert_record(record)
     await gateway.watcher.project_changed("acme", "webapp")  # written behind the registry
-    async with Client(gateway.server, mode="legacy") as client:
-        with anyio.fail_after(30):
-            listed = await client.list_tools(cache_mode="bypass")
-        result = await client.call_tool("mcp__bulk__tool_4999", {"b": 1})
+
+
+async def test_five_thousand_capability_tools_list_in_one_response_with_a_large_budget(
+    sqlite_url: str, pool: ClientPool
+) -> None:
+    # The listing's budget is the contract (SPEC §6.6): one large enough lists all 5 000.
+    settings = gateway_settings(sqlite_url, expose_upstream=True)
+    settings.gateway.capability_tools_budget = 1_000_000
+    async with open_gateway(settings, pool=pool) as gateway:
+        await insert_bulk(gateway, 5000)
+        async with Client(gateway.server, mode="legacy") as client:
+            with anyio.fail_after(30):
+                listed = await client.list_tools(cache_mode="bypass")
+            result = await client.call_tool("mcp__bulk__tool_4999", {"b": 1})
     names = [tool.name for tool in listed.tools]
     assert listed.next_cursor is None
     assert len([name for name in names if name.startswith("mcp__bulk__")]) == 5000
     assert len(names) == len(set(names))
     assert result.structured_content == {"result": 4999}
+
+
+async def test_five_thousand_capability_tools_list_within_the_default_budget(
+    gateway: Gateway,
+) -> None:
+    await insert_bulk(gateway, 5000)
+    async with Client(gateway.server, mode="legacy") as client:
+        with anyio.fail_after(30):
+            listed = await client.list_tools(cache_mode="bypass")
+        result = await client.call_tool("mcp__bulk__tool_4999", {"b": 1})
+    names = [tool.name for tool in listed.tools]
+    bulk = [name for name in names if name.startswith("mcp__bulk__")]
+    assert 10 < len(bulk) < 200
+    assert "mcp__bulk__tool_4999" not in bulk  # beyond the budget, and still callable:
+    assert result.structured_content == {"result": 4999}
+    assert len(names) == len(set(names))
 
 
 async def test_hostile_arguments_to_a_capability_tool_are_refused_cleanly(

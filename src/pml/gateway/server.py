@@ -268,7 +268,7 @@ async def open_gateway(
             ):
                 discovery.policy = policy.enforcer
                 registry.auditor = policy.audit
-                catalog = CapabilityToolCatalog(db)
+                catalog = CapabilityToolCatalog(db, budget=settings.gateway.capability_tools_budget)
                 notifier = ToolListNotifier()
                 watcher = ToolListWatcher(catalog, notifier, db, origin=registry.origin)
                 registry.on_change(watcher.registry_changed)

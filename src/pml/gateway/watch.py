@@ -12,6 +12,11 @@ is not what it was (a rename in one tenant never disturbs another). Changes made
 processes arrive through PostgreSQL ``LISTEN`` (other replicas, a ``pml cap rename`` on the
 command line); on SQLite, where the other process can only be a CLI command on the same
 file, a cheap watermark query once a second catches them.
+
+A listing the token budget cut short (``[gateway] capability_tools_budget``) ranks the
+capabilities by use, which changes with every run; those listings are rebuilt when usage
+stats are refreshed (every ``RERANK_INTERVAL_S``, as discovery re-reads its usage counts),
+never per call, and a client is told only when its listed set changed.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ logger = logging.getLogger(__name__)
 
 POLL_INTERVAL_S: Final = 1.0
 LISTEN_START_S: Final = 10.0
+RERANK_INTERVAL_S: Final = 30.0
 
 WATERMARK_STATEMENT = sa.select(sa.func.count(), sa.func.max(records.c.updated_at)).where(
     records.c.record_type == "capability"
@@ -58,12 +64,14 @@ class ToolListWatcher:
         *,
         origin: str,
         poll_interval_s: float = POLL_INTERVAL_S,
+        rerank_interval_s: float = RERANK_INTERVAL_S,
     ) -> None:
         self._catalog = catalog
         self._notifier = notifier
         self._db = db
         self._origin = origin
         self._poll_interval_s = poll_interval_s
+        self._rerank_interval_s = rerank_interval_s
         self._lock = anyio.Lock()
         self._watermark: tuple[Any, ...] | None = None
         self._remote_listeners: list[ChangeListener] = []
@@ -99,6 +107,11 @@ class ToolListWatcher:
             for scope in scopes:
                 await self._announce_if_changed(scope, before[scope])
 
+    async def rerank(self) -> None:
+        """Usage changed: rebuild the listings the budget cut short, notify whose set changed."""
+        for org, project in sorted(self._catalog.truncated_projects()):
+            await self.project_changed(org, project)
+
     async def resync(self) -> None:
         """Changes may have been missed: re-list every open caller, notify what differs."""
         async with self._lock:
@@ -120,6 +133,7 @@ class ToolListWatcher:
             else:
                 self._watermark = await self._read_watermark()
                 tasks.start_soon(self._poll)
+            tasks.start_soon(self._rerank_forever)
             try:
                 yield
             finally:
@@ -140,6 +154,14 @@ class ToolListWatcher:
                 if self._watermark is not None:
                     await self.resync()
                 self._watermark = watermark
+
+    async def _rerank_forever(self) -> None:
+        while True:
+            await anyio.sleep(self._rerank_interval_s)
+            try:
+                await self.rerank()
+            except PmlError as error:  # the next round tries again
+                logger.warning("capability tools not re-ranked: %s", error)
 
     async def _read_watermark(self) -> tuple[Any, ...] | None:
         """How many capabilities there are and the last change to any (None on failure)."""
