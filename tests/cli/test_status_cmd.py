@@ -188,6 +188,8 @@ def test_status_json_reports_each_server_the_catalog_and_api_keys(cli: Cli) -> N
         "database",
         "scope",
         "capabilities",
+        "failing",
+        "embedding",
         "api_keys",
         "catalog",
         "servers",
@@ -198,6 +200,8 @@ def test_status_json_reports_each_server_the_catalog_and_api_keys(cli: Cli) -> N
         "servers_source",
     }
     assert status["servers_source"] == "stored"  # no gateway runs with this config
+    assert status["failing"] == {"count": 0, "names": []}
+    assert status["embedding"]["source"] == "settings"  # named with no gateway running
     assert status["gateway"]["running"] is False
     assert status["config"] == str(cli.config)
     assert status["tool_usage"] == [

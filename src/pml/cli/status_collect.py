@@ -1,6 +1,7 @@
 """What ``pml status`` reports, as JSON-ready data: the database (read-only), capability
-counts, API keys, the tool catalog, the latest curation run, and each configured upstream
-server, live when a running gateway answered (``status_live``), else as last stored.
+counts and the capabilities that keep failing, API keys, the tool catalog, the latest
+curation run, the embedding model, and each configured upstream server, live when a running
+gateway answered (``status_live``), else as last stored.
 
     report = await collect_status(settings, live=ask_running_gateways(config_path))
 
@@ -23,9 +24,10 @@ import sqlalchemy as sa
 from pml.cli.curation_view import latest_curation
 from pml.cli.status_live import LiveView
 from pml.config import ServerSettings, Settings
-from pml.errors import StorageError
+from pml.errors import PmlError, StorageError
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityRegistry
+from pml.storage.capability_usage import failing_in_project
 from pml.storage.database import Database, async_url, describe_url, head_revision
 from pml.storage.keys_repo import SqlApiKeyRepository
 from pml.storage.tables import tool_schema, upstream_servers
@@ -102,6 +104,28 @@ async def _catalog(db: Database) -> tuple[dict[str, int], list[dict[str, Any]]]:
 async def _key_counts(db: Database) -> dict[str, int]:
     async with db.read() as conn:
         return await SqlApiKeyRepository(conn).count_by_state()
+
+
+async def _failing(db: Database, scope: Scope) -> dict[str, Any]:
+    """``{"count", "names"}``: the project's capabilities that keep failing (at most
+    ``FAILING_SHOWN`` names, the most recently used first)."""
+    async with db.read() as conn:
+        count, names = await failing_in_project(conn, scope)
+    return {"count": count, "names": names}
+
+
+def embedding_model(settings: Settings, live: LiveView | None) -> dict[str, Any]:
+    """The embedding model in use: the running gateway's, else the one a gateway started
+    with these settings would load (its files are checked, the model is not built)."""
+    told = live.section().get("embedding_model") if live is not None and live.answer else None
+    if told:
+        return {"model": told, "source": "gateway"}
+    from pml.discovery.embedder import load_embedder
+
+    try:
+        return {"model": load_embedder(settings.discovery.embedder).model_id, "source": "settings"}
+    except PmlError as error:  # "minilm" asked for and not installed
+        return {"model": None, "source": "settings", "error": error.message}
 
 
 async def _tool_usage(db: Database, scope: Scope) -> list[dict[str, Any]]:
@@ -204,6 +228,7 @@ async def _read_database(
                 database["hint"] = UPGRADE_HINT
                 return found
             found["capabilities"] = await CapabilityRegistry(db).counts(scope)
+            found["failing"] = await _failing(db, scope)
             found["api_keys"] = await _key_counts(db)
             found["reports"] = await _reports(db)
             found["catalog"] = await _catalog(db)
@@ -282,6 +307,8 @@ async def collect_status(
         "database": database,
         "scope": {"org": scope.org, "project": scope.project, "user": scope.user},
         "capabilities": found.get("capabilities"),
+        "failing": found.get("failing"),
+        "embedding": embedding_model(settings, live),
         "api_keys": found.get("api_keys"),
         "catalog": catalog,
         "servers": servers,

@@ -116,6 +116,12 @@ def _gateway_lines(report: dict[str, Any]) -> list[Text]:
     return lines
 
 
+def gateway_answered(report: dict[str, Any]) -> bool:
+    """Whether a running gateway answered (its line names the embedding model)."""
+    gateway = report.get("gateway")
+    return bool(gateway and gateway.get("answered"))
+
+
 def gateway_config_shown(report: dict[str, Any]) -> str:
     """The config named in "no gateway is running for ..."."""
     config = report.get("config")
@@ -167,6 +173,22 @@ def print_status(report: dict[str, Any], console: Console) -> None:
                 f"{counts['mcp_servers']} MCP server records",
             )
         )
+    failing = report.get("failing")
+    if failing is not None and failing["count"]:
+        shown = ", ".join(failing["names"])
+        more = failing["count"] - len(failing["names"])
+        console.print(
+            _label(
+                "failing",
+                f"{failing['count']} keep failing (under half of their last runs succeeded): "
+                + shown
+                + (f" and {more} more" if more > 0 else ""),
+            )
+        )
+    embedding = report.get("embedding")
+    if embedding is not None and not (gateway_answered(report) and embedding["model"]):
+        model = embedding["model"] or f"none ({embedding.get('error')})"
+        console.print(_label("embedding model", str(model)))
     keys = report["api_keys"]
     if keys is not None:
         console.print(_label("api keys", f"{keys['active']} active, {keys['revoked']} revoked"))

@@ -41,7 +41,8 @@ from pml.execution.references import Plan, Target
 from pml.execution.registry_calls import NOT_ON_CLIENT
 from pml.execution.values import args_digest, raise_for_error, result_size, snippet_value
 from pml.policy.enforcer import PolicyEnforcer, RequestPolicy
-from pml.sandbox.base import ToolRef
+from pml.registry.reliability import counts_against
+from pml.sandbox.base import SnippetToolError, ToolRef
 from pml.upstream.base import UpstreamPool
 
 # A capability may call capabilities, but not without end.
@@ -60,6 +61,21 @@ class CallRecord:
     latency_ms: float
     success: bool
     replayed: bool = False
+    judged: bool = True  # a failure that says something about the capability (reliability)
+
+
+class CallerFaultError(SnippetToolError):
+    """A nested capability refused by the caller's side (its arguments): the snippet sees a
+    ``ToolError``, and the capability's recent runs do not count it as failed."""
+
+
+def judged_failure(error: BaseException) -> bool:
+    """Whether a nested capability's failure counts against it (``counts_against``)."""
+    if isinstance(error, CallerFaultError):
+        return False
+    if isinstance(error, SnippetToolError):  # its own exception or tool error
+        return True
+    return isinstance(error, PmlError) and counts_against(error.code)
 
 
 @dataclass(slots=True)
@@ -280,8 +296,9 @@ class RunCaller:
         except BaseException as error:
             duration_ms = budget.record(target.fqdn, digest, started, ok=False)
             if not isinstance(error, ApprovalRequired):  # paused, not failed: not counted
+                judged = judged_failure(error)
                 budget.call_log.append(
-                    CallRecord("capability", "", target.fqdn, duration_ms, False)
+                    CallRecord("capability", "", target.fqdn, duration_ms, False, judged=judged)
                 )
             raise
         duration_ms = budget.record(target.fqdn, digest, started, ok=True)

@@ -8,7 +8,9 @@ The executor only runs code and records what it did (``Budget``: trace, call log
 Then, in order: ``capture`` turns a successful direct run into a capability (its failure,
 e.g. a name taken meanwhile, is the request's failure — except the project's capability
 quota: the run's result is answered, with ``notSaved`` saying why nothing was stored);
-``usage`` writes the capability usage counts and ``tool_usage`` rows of every call that was
+``usage`` writes the capability usage counts (a failure held against a capability only
+when it is its own: ``reliability.counts_against``; a failed snippet counts for the
+capability whose current code it is) and ``tool_usage`` rows of every call that was
 really sent; ``audit`` writes
 ``EXECUTOR_RESPONSE``; ``cleanup`` purges expired grants and workflow states (at most once a
 minute). A hook that fails is logged and audited (``POSTHOOK_FAILED``) and the others run.
@@ -22,12 +24,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pml.analysis.snippet import SnippetAnalysis
 from pml.errors import LimitExceeded, PmlError
 from pml.execution.caller import Budget
 from pml.execution.capture import CaptureService, RunReport
 from pml.execution.recorder import UsageRecorder
 from pml.policy.enforcer import PolicyEnforcer, RequestPolicy
 from pml.registry.models import CapabilityRecord
+from pml.registry.reliability import counts_against
 from pml.registry.routing import Routing
 from pml.registry.scope import Scope
 from pml.sandbox.base import RunOutcome
@@ -57,6 +61,8 @@ class FinishedRun:
     version_tag: str | None = None
     # By name: the capability that ran (its own usage is counted).
     capability_fqdn: str | None = None
+    # Direct mode: the snippet (a failed run counts for the capability with its code, if any)
+    code: SnippetAnalysis | None = None
     # Set by the capture hook.
     captured: CapabilityRecord | CodeOwner | None = None
     created: bool = False
@@ -198,16 +204,24 @@ class UsageHook:
             if call.replayed:
                 continue
             if call.kind == "capability":
-                recorder.count(call.name, success=call.success, latency_ms=call.latency_ms)
+                recorder.count(
+                    call.name, success=call.success, latency_ms=call.latency_ms, judged=call.judged
+                )
                 server_id = CAPABILITY_SERVER_ID
             else:
                 server_id = call.server
             recorder.tool_call(
                 scope, server_id, call.name, latency_ms=call.latency_ms, success=call.success
             )
+        error = run.error.code if run.error is not None else None
+        if run.code is not None and error is not None and counts_against(error):
+            # the snippet is the current code of a capability (if any): a failed run of it
+            recorder.count_code(
+                scope, run.code.code_hash, success=False, latency_ms=run.duration_ms
+            )
         if run.capability_fqdn is not None:
-            fqdn = run.capability_fqdn
-            recorder.count(fqdn, success=run.success, latency_ms=run.duration_ms)
+            fqdn, judged = run.capability_fqdn, counts_against(error)
+            recorder.count(fqdn, success=run.success, latency_ms=run.duration_ms, judged=judged)
             recorder.tool_call(
                 scope,
                 CAPABILITY_SERVER_ID,

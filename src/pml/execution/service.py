@@ -34,7 +34,7 @@ from pml.errors import (
 )
 from pml.execution import answers
 from pml.execution.approvals import ApprovalFlow
-from pml.execution.caller import Budget, RunCaller
+from pml.execution.caller import Budget, CallerFaultError, RunCaller
 from pml.execution.capture import CaptureService, RunReport
 from pml.execution.clients import HOW_TO_CONNECT, ClientCaller, current_client
 from pml.execution.handoff import ClientHandoff
@@ -228,7 +228,7 @@ class ExecuteService:
         if plan.client_tools and self._handoff is not None:
             return await self._handoff.direct(scope, params, analysis, plan, request)
         budget = Budget.start(limits, request=request, journal=journal)
-        finished = FinishedRun(scope, request, budget, 0.0, name=params.name)
+        finished = FinishedRun(scope, request, budget, 0.0, name=params.name, code=analysis)
         try:
             outcome = await self._run(scope, code, params.args or {}, plan, budget, ())
         except ApprovalRequired as waiting:
@@ -326,7 +326,8 @@ class ExecuteService:
             outcome = await self._run_resolved(scope, resolved, args, budget, chain)
         except PmlError as error:
             if error.code in ("EXECUTION_FAILED", "TOOL_ERROR", "INVALID_ARGS"):
-                raise SnippetToolError(fqdn, error.message) from None
+                fault = CallerFaultError if error.code == "INVALID_ARGS" else SnippetToolError
+                raise fault(fqdn, error.message) from None  # arguments: not held against it
             raise
         return outcome.value
 

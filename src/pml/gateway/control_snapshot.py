@@ -4,7 +4,8 @@
 
 Everything in it comes from the live objects: the pool's server states (``starting``
 included), the database as this process reaches it (one read, bounded in time), the
-capability counts of the gateway's own scope, the embedding model in use. Sizes are
+capability counts of the gateway's own scope and those of its project that keep failing
+(``failing``: how many, and up to 10 names), the embedding model in use. Sizes are
 bounded: at most ``MAX_SERVERS`` servers, texts cut to ``MAX_TEXT``.
 """
 
@@ -23,7 +24,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from pml import __version__
 from pml.errors import PmlError
-from pml.storage.database import describe_url, head_revision
+from pml.registry.scope import Scope
+from pml.storage.capability_usage import failing_in_project
+from pml.storage.database import Database, describe_url, head_revision
 
 if TYPE_CHECKING:
     from pml.gateway.server import Gateway
@@ -70,8 +73,11 @@ def server_entry(status: ServerStatus) -> dict[str, Any]:
     }
 
 
-async def _database(gateway: Gateway) -> tuple[dict[str, Any], dict[str, int] | None]:
-    """The database as this gateway reaches it, and its scope's capability counts."""
+async def _database(
+    gateway: Gateway,
+) -> tuple[dict[str, Any], dict[str, int] | None, dict[str, Any] | None]:
+    """The database as this gateway reaches it, its scope's capability counts and the
+    capabilities of its project that keep failing."""
     head = head_revision()
     entry: dict[str, Any] = {
         "url": describe_url(gateway.settings.database_url),
@@ -81,19 +87,29 @@ async def _database(gateway: Gateway) -> tuple[dict[str, Any], dict[str, int] | 
         "error": None,
     }
     counts: dict[str, int] | None = None
+    failing: dict[str, Any] | None = None
     try:
         with anyio.fail_after(DATABASE_TIMEOUT_S):
             revision = await gateway.db.current_revision()
             entry.update(reachable=True, revision=revision, up_to_date=revision == head)
             if revision == head:
                 counts = await gateway.registry.counts(gateway.default_scope)
+                failing = await failing_capabilities(gateway.db, gateway.default_scope)
     except TimeoutError:
         entry["error"] = f"no answer within {DATABASE_TIMEOUT_S:g} s"
     except PmlError as error:
         entry["error"] = _cut(error.message)
     except (SQLAlchemyError, OSError) as error:
         entry["error"] = _cut(type(error).__name__)
-    return entry, counts
+    return entry, counts, failing
+
+
+async def failing_capabilities(db: Database, scope: Scope) -> dict[str, Any]:
+    """``{"count", "names"}``: the capabilities of ``scope``'s project that keep failing
+    (``Reliability.failing``), up to ``FAILING_SHOWN`` names, the most recently used first."""
+    async with db.read() as conn:
+        count, names = await failing_in_project(conn, scope)
+    return {"count": count, "names": [_cut(name, 200) for name in names]}
 
 
 def _embedding_model(gateway: Gateway) -> str | None:
@@ -105,7 +121,7 @@ def _embedding_model(gateway: Gateway) -> str | None:
 
 async def status_snapshot(gateway: Gateway, process: ServingProcess) -> dict[str, Any]:
     """What ``pml status`` shows of this gateway."""
-    database, counts = await _database(gateway)
+    database, counts, failing = await _database(gateway)
     statuses = gateway.pool.status()
     scope = gateway.default_scope
     return {
@@ -124,4 +140,5 @@ async def status_snapshot(gateway: Gateway, process: ServingProcess) -> dict[str
         "servers_total": len(statuses),
         "database": database,
         "capabilities": counts,
+        "failing": failing,
     }

@@ -22,6 +22,7 @@ from pml.errors import InvalidInput, NotFound
 from pml.registry.fqdn import message_value
 from pml.registry.models import CapabilityRecord, ListQuery, VersionRecord
 from pml.registry.patterns import glob_to_like
+from pml.registry.reliability import Reliability
 from pml.registry.routing import Routing
 from pml.registry.scope import Scope, Visibility
 from pml.registry.service import CapabilityRegistry, RenameChanges
@@ -30,7 +31,8 @@ from pml.registry.versions import unified_diff
 Name = Annotated[str, Field(min_length=1, max_length=10_000)]
 # A filter value: no control characters (NUL would reach PostgreSQL, which refuses it).
 Filter = Annotated[str, Field(max_length=1_000, pattern=r"^[^\x00-\x1f\x7f]*$")]
-SUMMARY_OMITS = frozenset({"code"})
+# the code, and the recent-runs columns as stored (``reliability_fields`` says what they mean)
+SUMMARY_OMITS = frozenset({"code", "recent_outcomes", "recent_runs", "recent_latency_ms"})
 
 
 class _Params(BaseModel):
@@ -92,9 +94,16 @@ def parse_params(model: type[P], raw: object) -> P:
         raise InvalidInput("Invalid input: " + "; ".join(problems), fields=fields) from None
 
 
+def reliability_fields(record: CapabilityRecord) -> dict[str, Any]:
+    """How its last runs went: ``recent_runs``, ``recent_success_rate``,
+    ``recent_latency_ms``, and ``failing: true`` when it keeps failing (SPEC §6.5)."""
+    return Reliability.of_record(record).fields()
+
+
 def summary(record: CapabilityRecord) -> dict[str, Any]:
-    """A record as listings show it (everything but the code)."""
-    return {k: v for k, v in record.to_dict().items() if k not in SUMMARY_OMITS}
+    """A record as listings show it (everything but the code), with how its last runs went."""
+    fields = {k: v for k, v in record.to_dict().items() if k not in SUMMARY_OMITS}
+    return fields | reliability_fields(record)
 
 
 def history_answer(fqdn: str, name: str, versions: Sequence[VersionRecord]) -> dict[str, Any]:
@@ -184,6 +193,7 @@ class CapTools:
             "description": record.description,
             "usage_count": record.usage_count,
             "success_rate": record.success_rate,
+            **reliability_fields(record),
             # An explicit override applies to every version; otherwise each version's own.
             "routing": record.routing_override or version.routing,
             "type": record.record_type,
