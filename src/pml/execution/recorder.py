@@ -35,7 +35,6 @@ import anyio.abc
 from sqlalchemy.exc import SQLAlchemyError
 
 from pml.errors import PmlError
-from pml.registry.intents import MeaningCheck
 from pml.registry.reliability import WINDOW, clean_latency
 from pml.registry.scope import Scope
 from pml.storage.capability_usage import add_code_usage, add_usage
@@ -108,8 +107,6 @@ class UsageRecorder:
         self._calls: list[ToolUsageRow] = []
         self._intents: dict[tuple[str, str], IntentSighting] = {}
         self._intents_changed: IntentsChanged | None = None
-        # How intents are compared by meaning (``pml.wiring.remember_intents``); None: exactly
-        self.intent_meaning: MeaningCheck | None = None
         self._writing = 0  # rows of the flush in progress (still pending until committed)
         self._wake = anyio.Event()
         self._write_lock = anyio.Lock()
@@ -249,8 +246,7 @@ class UsageRecorder:
                     await SqlTraceRepository(conn).insert_many(traces)
                     await SqlToolUsageRepository(conn).insert_many(calls)
                     if sightings:
-                        repo = SqlIntentRepository(conn, self.intent_meaning)
-                        changed = await repo.remember(list(sightings.values()))
+                        changed = await SqlIntentRepository(conn).remember(list(sightings.values()))
             except (PmlError, SQLAlchemyError) as error:
                 logger.warning("usage and traces not written yet (will retry): %s", error)
                 self._requeue(usage, traces, calls)
