@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -69,3 +71,65 @@ def test_the_agent_benchmark_times_pml_s_share_of_a_turn() -> None:
         value = printed[key]
         assert isinstance(value, float)
         assert value > 0
+
+
+def part(printed: dict[str, object], key: str) -> dict[str, Any]:
+    """A nested object of a benchmark's JSON."""
+    value = printed[key]
+    assert isinstance(value, dict), (key, value)
+    return cast(dict[str, Any], value)
+
+
+def test_the_discovery_benchmark_reports_each_held_out_set_per_kind() -> None:
+    printed = run_benchmark("discovery.py", "--items", "120", "--holdout", "--embedder", "hashing")
+    assert printed["n_items"] == 120
+    sets = part(printed, "sets")
+    assert set(sets) == {"discovery_holdout", "discovery_holdout_v2"}
+    held_out = sets["discovery_holdout_v2"]
+    assert held_out["n_queries"] == 203
+    kinds = held_out["per_kind"]
+    assert (kinds["tool"]["n_queries"], kinds["capability"]["n_queries"]) == (103, 100)
+    for figures in [*kinds.values(), *part(printed, "per_kind").values()]:
+        assert 0 <= figures["recall_at_1"] <= figures["recall_at_5"] <= 1
+        assert figures["p95_ms"] > 0
+    # the hashing fallback still finds a synthetic target among 120 items by its system name
+    assert kinds["capability"]["recall_at_5"] >= 0.5
+
+
+def _needs_npm_servers() -> None:
+    """The paraphrase and reuse benchmarks run the npm reference servers (e2e rules apply)."""
+    from e2e.support import E2eSetupError, install_npm_deps
+
+    try:
+        install_npm_deps()
+    except E2eSetupError as error:
+        if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+            pytest.fail(f"e2e npm dependencies unavailable: {error}")
+        pytest.skip(f"e2e npm dependencies unavailable: {error}")
+
+
+@pytest.mark.e2e
+def test_the_paraphrase_benchmark_finds_learned_capabilities_through_a_real_gateway() -> None:
+    _needs_npm_servers()
+    printed = run_benchmark("paraphrase.py", "--tasks", "4")
+    assert (printed["capabilities"], printed["queries"], printed["reuse"]) == (4, 12, True)
+    for kind in ("capability", "all"):
+        figures = part(printed, kind)
+        assert 0 <= figures["top1"] <= figures["top3"] <= 1
+        assert figures["p95_ms"] > 0
+    # four log-reading capabilities: most paraphrases still find theirs in the top three
+    assert part(printed, "capability")["top3"] >= 0.75
+
+
+@pytest.mark.e2e
+def test_the_reuse_benchmark_counts_fewer_tokens_for_a_capability_called_by_name() -> None:
+    _needs_npm_servers()
+    printed = run_benchmark("reuse.py", "--distinct", "2", "--repeats", "2")
+    assert (printed["tasks"], printed["runs"]) == (2, 4)
+    ways = {way: part(printed, way) for way in ("pml_tool", "pml_discover", "resend", "direct")}
+    for figures in ways.values():
+        assert figures["session_tokens"] > 0
+        assert figures["repeat_tokens"] > 0
+    # calling the learned tool by name costs less than sending its code again
+    assert ways["pml_tool"]["repeat_tokens"] < ways["resend"]["repeat_tokens"]
+    assert 0 < part(printed, "repeat_savings_vs_resend")["pml_tool"] < 1
