@@ -47,6 +47,9 @@ logger = logging.getLogger(__name__)
 POLL_INTERVAL_S: Final = 1.0
 LISTEN_START_S: Final = 10.0
 RERANK_INTERVAL_S: Final = 30.0
+# Changes that never alter a tool listing: an unnamed capture, and a capability's remembered
+# intents (``pml.registry.intents.INTENTS_CHANGED``; listings show the record's own intent).
+UNLISTED_KINDS: Final = frozenset({UNNAMED_CAPTURE, "intents_changed"})
 
 WATERMARK_STATEMENT = sa.select(sa.func.count(), sa.func.max(records.c.updated_at)).where(
     records.c.record_type == "capability"
@@ -78,7 +81,7 @@ class ToolListWatcher:
 
     async def registry_changed(self, change: CapabilityChange) -> None:
         """A change this process committed (the registry's listener)."""
-        if change.kind != UNNAMED_CAPTURE:
+        if change.kind not in UNLISTED_KINDS:
             await self.project_changed(change.org, change.project)
 
     async def notified(self, payload: str) -> None:
@@ -91,7 +94,7 @@ class ToolListWatcher:
             return
         for listener in self._remote_listeners:
             await listener(change)
-        if change.kind != UNNAMED_CAPTURE:
+        if change.kind not in UNLISTED_KINDS:
             await self.project_changed(change.org, change.project)
 
     def on_remote_change(self, listener: ChangeListener) -> None:
