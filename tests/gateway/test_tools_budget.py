@@ -123,8 +123,10 @@ async def test_pml_own_tools_cost_at_most_1000_tokens_with_the_real_tokenizer(
 # -- the budget ----------------------------------------------------------------------------
 
 
-async def test_most_used_then_most_recent_then_by_name_come_first(open_with: Any) -> None:
-    async with open_with(100_000) as gateway:
+async def test_most_used_then_most_recent_then_by_name_come_first(
+    database_url: str, pool: ClientPool
+) -> None:
+    async with open_gateway(settings_with(database_url, 100_000), pool=pool) as gateway:
         now = utc_now()
         await insert(
             gateway,
