@@ -156,7 +156,8 @@ async def test_a_restart_reuses_stored_vectors(db: Database, registry: Capabilit
     await learn(registry, "send the weekly sales report by email", "return 2")
     first = Counting(_model())
     await DiscoveryService(db, REFERENCE, first, routing=RoutingRules()).refresh()
-    assert len(first.texts) == len(REFERENCE.tools) + 1
+    # a tool's text and its view with its server, the capability's text
+    assert len(first.texts) == 2 * len(REFERENCE.tools) + 1
     again = Counting(first.inner)
     restarted = DiscoveryService(db, REFERENCE, again, routing=RoutingRules())
     results = await restarted.discover(ME, "mail the weekly sales numbers", limit=1)
@@ -164,7 +165,7 @@ async def test_a_restart_reuses_stored_vectors(db: Database, registry: Capabilit
     assert results[0]["kind"] == "capability"
     other_model = Counting(HashingEmbedder())
     await DiscoveryService(db, REFERENCE, other_model, routing=RoutingRules()).refresh()
-    assert len(other_model.texts) == len(REFERENCE.tools) + 1  # another space: re-embedded
+    assert len(other_model.texts) == 2 * len(REFERENCE.tools) + 1  # another space: again
 
 
 async def test_a_replica_sees_what_another_process_learned(db: Database, database_url: str) -> None:

@@ -6,19 +6,22 @@
 
 Each row is an upstream tool (visible to every caller) or a capability (visible as the
 registry decides: its own project, its creator for ``private``, its org for ``org``,
-everyone for ``public``). A search masks what the caller may not see, then ranks by
+everyone for ``public``). A row may have more vectors than its main one (``views``: a tool
+seen with its server, a capability's remembered intents); its cosine is the best of them.
+A search masks what the caller may not see, then ranks by (``pml.discovery.ranking``)
 
-    score = 0.7 · max(cosine, 0) + 0.3 · BM25 / BM25 ceiling of the query + prior
+    relevance = 0.7 · max(cosine, 0) + 0.3 · BM25 / BM25 ceiling of the query
+    score = relevance (a tool's calibrated: 1 - (1 - relevance)²) + prior
 
-where the prior is a capability's mild bonus for use and success (at most ±0.03). Scores
-stay within 0..1 so that ``min_score`` means the same thing whatever the catalog size.
-With ``kind="all"`` each kind keeps half of the places for its rows that score at least
-half the best score, so neither tools nor capabilities can crowd the other out.
+where the prior is a capability's mild bonus for use and success, and its malus when it
+is deprecated or keeps failing. Scores stay within 0..1 so that ``min_score`` means the
+same thing whatever the catalog size. With ``kind="all"`` each kind keeps half of the
+places for its rows that score at least ``KIND_SHARE_FLOOR`` of the best score, so neither
+tools nor capabilities can crowd the other out.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
@@ -28,6 +31,16 @@ import numpy.typing as npt
 
 from pml.discovery.base import KindFilter
 from pml.discovery.lexical import LexicalIndex
+from pml.discovery.ranking import (
+    LEXICAL_WEIGHT,
+    NO_RUNS,
+    VECTOR_WEIGHT,
+    calibrate,
+    capability_prior,
+    usage_prior,
+)
+from pml.discovery.views import RowViews
+from pml.registry.reliability import Reliability
 from pml.registry.scope import Scope
 
 Kind = Literal["tool", "capability"]
@@ -35,13 +48,6 @@ Vector = npt.NDArray[np.float32]
 Scores = npt.NDArray[np.floating[Any]]
 Rows = npt.NDArray[np.intp]
 
-VECTOR_WEIGHT: Final = 0.7
-LEXICAL_WEIGHT: Final = 0.3
-USAGE_PRIOR: Final = 0.015
-SUCCESS_PRIOR: Final = 0.03
-# a deprecated capability's malus: it still answers, after what replaces it
-DEPRECATED_PENALTY: Final = 0.15
-USAGE_SATURATION: Final = 1000
 # with kind "all", each kind keeps half the places for rows scoring at least this share of
 # the best score
 KIND_SHARE_FLOOR: Final = 0.5
@@ -71,6 +77,8 @@ class Entry:
     usage_count: int = 0
     success_count: int = 0
     deprecated: bool = False
+    # how its last runs went (a capability's; tools have none)
+    recent: Reliability = NO_RUNS
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,18 +98,13 @@ def _best(scores: Scores, rows: Rows, limit: int) -> Rows:
     return rows[np.argpartition(-scores[rows], limit - 1)[:limit]]
 
 
-def prior(usage_count: int, success_count: int) -> float:
-    """A capability's bonus: more use (log scale) and a better smoothed success rate."""
-    if usage_count <= 0:
-        return 0.0
-    usage = min(math.log1p(usage_count) / math.log1p(USAGE_SATURATION), 1.0)
-    success = (success_count + 1) / (usage_count + 2)
-    return USAGE_PRIOR * usage + SUCCESS_PRIOR * (2 * success - 1)
+prior = usage_prior  # a capability's bonus for use and overall success
 
 
 def _prior_of(entry: Entry) -> float:
-    bonus = prior(entry.usage_count, entry.success_count)
-    return bonus - DEPRECATED_PENALTY if entry.deprecated else bonus
+    return capability_prior(
+        entry.usage_count, entry.success_count, entry.recent, deprecated=entry.deprecated
+    )
 
 
 class _Codes:
@@ -134,6 +137,7 @@ class HybridIndex:
         self._project = np.full(capacity, -1, dtype=np.int32)
         self._creator = np.full(capacity, -1, dtype=np.int32)
         self._prior = np.zeros(capacity, dtype=np.float32)
+        self._views = RowViews(dim)
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -147,14 +151,29 @@ class HybridIndex:
         """Every key in the index."""
         return list(self._rows)
 
-    def put(self, entry: Entry, vector: Vector | None, row_terms: Sequence[str] | None) -> None:
+    def views(self, key: str) -> int:
+        """How many vectors ``key`` has besides its main one."""
+        row = self._rows.get(key)
+        return self._views.of(row) if row is not None else 0
+
+    def put(
+        self,
+        entry: Entry,
+        vector: Vector | None,
+        row_terms: Sequence[str] | None,
+        views: Vector | None = None,
+    ) -> None:
         """Add or replace ``entry`` with its (L2-normalised) vector and index terms; for an
-        entry already here, ``None`` keeps its vector or its terms."""
+        entry already here, ``None`` keeps its vector or its terms. ``views`` (shape
+        ``(n, dim)``, L2-normalised) replaces its other vectors; ``None`` keeps them (a new
+        entry has none)."""
         row = self._rows.get(entry.key)
         if row is None and (vector is None or row_terms is None):
             raise ValueError(f"a new entry needs a vector and terms: {entry.key}")
         if vector is not None and vector.shape != (self.dim,):
             raise ValueError(f"vector of shape {vector.shape}, expected ({self.dim},)")
+        if views is not None and (views.ndim != 2 or views.shape[1] != self.dim):
+            raise ValueError(f"views of shape {views.shape}, expected (n, {self.dim})")
         if row is None:
             row = self._free.pop() if self._free else self._append()
             self._rows[entry.key] = row
@@ -165,15 +184,27 @@ class HybridIndex:
         self._set_scope(row, entry)
         if row_terms is not None:
             self._lexical.put(row, row_terms)
+        if views is not None:
+            self._views.set(row, views)
 
-    def set_stats(self, key: str, usage_count: int, success_count: int) -> None:
-        """New usage and success counts of a capability (its prior changes)."""
+    def set_stats(
+        self, key: str, usage_count: int, success_count: int, recent: Reliability | None = None
+    ) -> None:
+        """New usage and success counts of a capability, and how its last runs went when
+        given (its prior changes)."""
         row = self._rows.get(key)
         entry = self._entries[row] if row is not None else None
-        if row is None or entry is None:
+        if row is None or entry is None or entry.kind != "capability":
             return
-        if (entry.usage_count, entry.success_count) != (usage_count, success_count):
-            entry = replace(entry, usage_count=usage_count, success_count=success_count)
+        recent = entry.recent if recent is None else recent
+        if (entry.usage_count, entry.success_count, entry.recent) != (
+            usage_count,
+            success_count,
+            recent,
+        ):
+            entry = replace(
+                entry, usage_count=usage_count, success_count=success_count, recent=recent
+            )
             self._entries[row] = entry
             self._prior[row] = _prior_of(entry)
 
@@ -185,6 +216,7 @@ class HybridIndex:
         self._entries[row] = None
         self._alive[row] = False
         self._lexical.remove(row)
+        self._views.clear(row)
         self._free.append(row)
 
     def search(
@@ -201,13 +233,17 @@ class HybridIndex:
         size = len(self._entries)
         if size == 0 or limit <= 0:
             return []
-        semantic = np.maximum(self._vectors[:size] @ query_vector, 0.0)
+        semantic = self._vectors[:size] @ query_vector
+        self._views.raise_to(semantic, query_vector)
+        np.maximum(semantic, 0.0, out=semantic)
         lexical = self._lexical.scores(query_terms, size=size)
         ceiling = self._lexical.ceiling(query_terms)
         if ceiling > 0:
             lexical /= ceiling
             np.minimum(lexical, 1.0, out=lexical)
-        scores = VECTOR_WEIGHT * semantic + LEXICAL_WEIGHT * lexical + self._prior[:size]
+        scores = VECTOR_WEIGHT * semantic + LEXICAL_WEIGHT * lexical
+        calibrate(scores, self._visibility[:size] == _TOOL)
+        scores += self._prior[:size]
         np.clip(scores, 0.0, 1.0, out=scores)
         mask = self._visible(scope, size, kind)
         scores[~mask] = -1.0
@@ -235,9 +271,10 @@ class HybridIndex:
 
     def _mixed(self, scores: Scores, candidates: Rows, limit: int) -> list[int]:
         """The best ``limit`` rows with each kind given half the places when it has a row
-        scoring at least half the best one: a tool and a learned capability are scored from
-        different kinds of text (a tool's long description, a capability's short intent),
-        so neither kind may push every row of the other out of a short list."""
+        scoring at least ``KIND_SHARE_FLOOR`` of the best one: a tool and a learned
+        capability are scored from different kinds of text (a tool's long description, a
+        capability's short intent), so neither kind may push every row of the other out of
+        a short list."""
         is_tool = self._visibility[candidates] == _TOOL
         tools = _best(scores, candidates[is_tool], limit)
         capabilities = _best(scores, candidates[~is_tool], limit)

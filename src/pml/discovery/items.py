@@ -8,21 +8,31 @@ its parameter names are searchable words too. A capability by its intent, displa
 description and the tools it uses. The text embedded is shorter than the text indexed: the
 model reads at most 256 word pieces, and the first sentences of a description carry what
 it is for.
+
+An item may have ``views``, more texts embedded on their own that find it too (its cosine
+is the best of its vectors): a tool's name with its server and its first sentence (the
+server says what the tool works on: "memory", "git"), and a capability's remembered
+intents — the other ways it was asked for (at most ``MAX_VIEWS``, newest first; its
+original intent is already part of its main text).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
 from pml.discovery.index import Entry, Hit
 from pml.discovery.text import words
+from pml.discovery.views import MAX_VIEWS
+from pml.registry.reliability import Reliability
 from pml.storage.discovery_repo import CapabilityRow
 from pml.upstream.base import UpstreamTool
 
 EMBED_DESCRIPTION_CHARS: Final = 500
 INDEX_DESCRIPTION_CHARS: Final = 4000
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +42,7 @@ class Item:
     entry: Entry
     embed_text: str
     index_text: str
+    views: tuple[str, ...] = ()
 
 
 def text_hash(text: str) -> str:
@@ -56,6 +67,30 @@ def _identifier(name: str) -> str:
     return " ".join(words(name))
 
 
+def _first_sentence(text: str) -> str:
+    return _SENTENCE_END.split(text, maxsplit=1)[0][:EMBED_DESCRIPTION_CHARS]
+
+
+def _folded(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+def remembered_intents(row: CapabilityRow) -> tuple[str, ...]:
+    """A capability's remembered intents other than its original one: distinct, newest
+    first, cut to what is embedded, at most ``MAX_VIEWS``."""
+    seen = {_folded(row.intent or "")}
+    kept: list[str] = []
+    for raw in row.intents:
+        text = str(raw).strip()[:EMBED_DESCRIPTION_CHARS]
+        folded = _folded(text)
+        if folded and folded not in seen:
+            seen.add(folded)
+            kept.append(text)
+            if len(kept) >= MAX_VIEWS:
+                break
+    return tuple(kept)
+
+
 def _parameter_names(schema: object) -> list[str]:
     if not isinstance(schema, dict):
         return []
@@ -72,13 +107,15 @@ def tool_item(tool: UpstreamTool) -> Item:
     embed_text = f"{name}: {description[:EMBED_DESCRIPTION_CHARS]}" if description else name
     parameters = " ".join(_parameter_names(tool.definition.input_schema))
     index_text = f"{tool.server} {name} {description[:INDEX_DESCRIPTION_CHARS]} {parameters}"
+    lead = _first_sentence(description)
+    view = f"{name} ({tool.server}): {lead}" if lead else f"{name} ({tool.server})"
     entry = Entry(
         key=tool_key(tool.server, tool.name),
         kind="tool",
         text_hash=text_hash(embed_text),
         payload=tool,
     )
-    return Item(entry, embed_text, index_text)
+    return Item(entry, embed_text, index_text, (view,))
 
 
 def capability_item(row: CapabilityRow) -> Item:
@@ -94,7 +131,10 @@ def capability_item(row: CapabilityRow) -> Item:
     if name:
         embed_parts.append(name)
     embed_text = ". ".join(part for part in embed_parts if part)
-    index_text = " ".join((intent, name, description, tools))[: INDEX_DESCRIPTION_CHARS * 2]
+    remembered = remembered_intents(row)
+    index_text = " ".join((intent, name, description, tools, *remembered))[
+        : INDEX_DESCRIPTION_CHARS * 2
+    ]
     entry = Entry(
         key=capability_key(row.fqdn),
         kind="capability",
@@ -107,8 +147,9 @@ def capability_item(row: CapabilityRow) -> Item:
         usage_count=row.usage_count,
         success_count=row.success_count,
         deprecated=row.deprecation is not None,
+        recent=Reliability.of(row.recent_outcomes, row.recent_runs, row.recent_latency_ms),
     )
-    return Item(entry, embed_text, index_text)
+    return Item(entry, embed_text, index_text, remembered)
 
 
 def below_replacements(hits: list[Hit]) -> list[Hit]:
@@ -156,6 +197,7 @@ def render(hit: Hit, *, routing: str) -> dict[str, Any]:
         "success_rate": round(hit.entry.success_count / hit.entry.usage_count, 4)
         if hit.entry.usage_count
         else 0.0,
+        **hit.entry.recent.fields(),
     }
     if row.named:
         result["toolName"] = row.tool_name

@@ -39,6 +39,7 @@ from pml.discovery.items import (
     capability_item,
     capability_key,
     render,
+    text_hash,
     tool_item,
 )
 from pml.discovery.text import terms
@@ -46,6 +47,7 @@ from pml.errors import PmlError
 from pml.registry.changes import CapabilityChange
 from pml.registry.fqdn import is_fqdn
 from pml.registry.models import RoutingRules
+from pml.registry.reliability import Reliability
 from pml.registry.routing import server_routing
 from pml.registry.scope import Scope
 from pml.storage.database import Database
@@ -100,6 +102,8 @@ class DiscoveryService:
         self._queries: OrderedDict[str, Vector] = OrderedDict()
         self._changed: set[str] = set()  # FQDNs announced as changed, read at the next sync
         self._indexed: dict[str, str] = {}  # key -> the text its terms were taken from
+        self._view_hashes: dict[str, tuple[str, ...]] = {}  # key -> its views' text hashes
+        self._view_vectors: dict[str, Vector] = {}  # text hash -> vector, shared by rows
         # The enforcement point: results the request's policy forbids are hidden (SPEC §7).
         self.policy: PolicyEnforcer | None = None
 
@@ -182,11 +186,15 @@ class DiscoveryService:
             self._last_refresh = time.monotonic()
 
     async def refresh_stats(self) -> None:
-        """Re-read every capability's usage and success counts (their prior)."""
+        """Re-read every capability's usage and success counts and its last runs (its
+        prior, and the reliability fields of its results)."""
         async with self._step(write=False) as conn:
             stats = await SqlDiscoveryRepository(conn).capability_stats()
-        for fqdn, (usage, success) in stats.items():
-            self._index.set_stats(capability_key(fqdn), usage, success)
+        for fqdn, counts in stats.items():
+            recent = Reliability.of(
+                counts.recent_outcomes, counts.recent_runs, counts.recent_latency_ms
+            )
+            self._index.set_stats(capability_key(fqdn), counts.usage, counts.success, recent)
 
     @asynccontextmanager
     async def running(self) -> AsyncGenerator[None]:
@@ -250,27 +258,28 @@ class DiscoveryService:
             latest = max(row.updated_at for row in rows)
             self._watermark = latest if self._watermark is None else max(latest, self._watermark)
         await self._put(items)
+        if full:  # the view vectors no row uses any more
+            used = {digest for digests in self._view_hashes.values() for digest in digests}
+            self._view_vectors = {d: v for d, v in self._view_vectors.items() if d in used}
         self._loaded = True
         self._stored = {}  # what was stored is in the index now
 
     async def _put(self, items: Sequence[Item]) -> None:
         """Index ``items``, reusing the vectors already indexed or stored for the same text."""
+        await self._embed_views(items)
         stored = self._stored or {}
         missing: list[Item] = []
         for item in items:
             key = item.entry.key
             current = self._index.get(key)
             if current is not None and current.text_hash == item.entry.text_hash:
-                indexed = self._indexed.get(key) == item.index_text
-                self._index.put(item.entry, None, None if indexed else terms(item.index_text))
-                self._indexed[key] = item.index_text
+                self._place(item, None)
                 continue
             saved = stored.get(item.entry.key)
             if saved is not None and saved[0] == item.entry.text_hash:
                 vector = np.frombuffer(saved[1], dtype="<f4")
                 if vector.shape == (self._embedder.dim,):
-                    self._index.put(item.entry, vector.astype(np.float32), terms(item.index_text))
-                    self._indexed[key] = item.index_text
+                    self._place(item, vector.astype(np.float32))
                     continue
             missing.append(item)
         for start in range(0, len(missing), EMBED_BATCH):
@@ -278,14 +287,56 @@ class DiscoveryService:
             texts = [item.embed_text for item in batch]
             vectors = await anyio.to_thread.run_sync(self._embedder.embed, texts)
             for item, vector in zip(batch, vectors, strict=True):
-                self._index.put(item.entry, vector, terms(item.index_text))
-                self._indexed[item.entry.key] = item.index_text
-            await self._save(batch, vectors)
+                self._place(item, vector)
+            await self._save([(item.entry.key, item.entry.text_hash) for item in batch], vectors)
 
-    async def _save(self, batch: Sequence[Item], vectors: Vector) -> None:
+    def _place(self, item: Item, vector: Vector | None) -> None:
+        """Put ``item`` in the index: its terms when its text changed, its views when they
+        changed (their vectors are in ``_view_vectors`` by then)."""
+        key = item.entry.key
+        new = self._index.get(key) is None
+        changed = new or self._indexed.get(key) != item.index_text
+        row_terms = terms(item.index_text) if changed else None
+        digests = tuple(text_hash(view) for view in item.views)
+        views = None
+        if new or self._view_hashes.get(key, ()) != digests:
+            known = [self._view_vectors[d] for d in digests if d in self._view_vectors]
+            views = np.stack(known) if known else np.zeros((0, self._embedder.dim), np.float32)
+        self._index.put(item.entry, vector, row_terms, views)
+        self._indexed[key] = item.index_text
+        self._view_hashes[key] = digests
+
+    async def _embed_views(self, items: Sequence[Item]) -> None:
+        """Have the vector of every view of ``items`` in ``_view_vectors``: one already held,
+        stored (``text:<hash>``) or embedded now (each distinct text once)."""
+        stored = self._stored or {}
+        missing: dict[str, str] = {}
+        for item in items:
+            for view in item.views:
+                digest = text_hash(view)
+                if digest in self._view_vectors or digest in missing:
+                    continue
+                saved = stored.get(view_key(digest))
+                if saved is not None and saved[0] == digest:
+                    vector = np.frombuffer(saved[1], dtype="<f4")
+                    if vector.shape == (self._embedder.dim,):
+                        self._view_vectors[digest] = vector.astype(np.float32)
+                        continue
+                missing[digest] = view
+        pending = list(missing.items())
+        for start in range(0, len(pending), EMBED_BATCH):
+            batch = pending[start : start + EMBED_BATCH]
+            texts = [text for _, text in batch]
+            vectors = await anyio.to_thread.run_sync(self._embedder.embed, texts)
+            for (digest, _), vector in zip(batch, vectors, strict=True):
+                self._view_vectors[digest] = vector
+            await self._save([(view_key(digest), digest) for digest, _ in batch], vectors)
+
+    async def _save(self, keys: Sequence[tuple[str, str]], vectors: Vector) -> None:
+        """Store vectors under ``(item key, text hash)``."""
         rows = [
-            (item.entry.key, item.entry.text_hash, vector.astype("<f4").tobytes())
-            for item, vector in zip(batch, vectors, strict=True)
+            (key, digest, vector.astype("<f4").tobytes())
+            for (key, digest), vector in zip(keys, vectors, strict=True)
         ]
         try:
             async with self._step(write=True) as conn:
@@ -316,12 +367,18 @@ class DiscoveryService:
     def _forget(self, key: str) -> None:
         self._index.remove(key)
         self._indexed.pop(key, None)
+        self._view_hashes.pop(key, None)
 
     def _tool_routing(self, hit: Hit) -> str:
         if hit.entry.kind != "tool":
             return ""
         server = hit.entry.key.split(":", 2)[1]
         return server_routing(server, self.routing.cloud, self.routing.local)
+
+
+def view_key(digest: str) -> str:
+    """The ``discovery_vectors`` key of a view's vector (shared by every row with it)."""
+    return f"text:{digest}"
 
 
 def _hidden(policy: PolicyEnforcer, request: RequestPolicy, hit: Hit) -> bool:
