@@ -51,8 +51,14 @@ from pml.storage.capability_repo import SqlCapabilityRepository
 from pml.storage.database import Database
 from pml.storage.types import utc_now
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from data.synthetic_capabilities import DOMAINS, Action, Domain, Obj, System, generate
+# benchmarks/ only while importing: left on sys.path, its agent.py would shadow the tests'
+# agent package when a test loads this module
+_HERE = str(Path(__file__).resolve().parent)
+sys.path.insert(0, _HERE)
+try:
+    from data.synthetic_capabilities import DOMAINS, Action, Domain, Obj, System, generate
+finally:
+    sys.path.remove(_HERE)
 
 DATA = Path(__file__).resolve().parent / "data"
 

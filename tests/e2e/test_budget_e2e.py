@@ -11,18 +11,15 @@ since the listed set did not change.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import anyio
 import pytest
 
 from e2e.support import Upstream, pml_stdio, result_json, sqlite_url, write_config
+from gateway.tools_budget_bench import encoder, fill_named
 from gateway.upstreams import ListChanged
 from pml.storage.database import Database
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from context import encoder, fill_named
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -20,6 +19,7 @@ import pytest
 import tiktoken
 from mcp import Client
 
+from gateway.tools_budget_bench import encoder
 from gateway.upstreams import ListChanged, data_of, error_of, gateway_settings
 from pml.config import Settings, load_settings
 from pml.errors import ConfigError
@@ -33,9 +33,6 @@ from pml.registry.scope import Scope
 from pml.storage.capability_repo import SqlCapabilityRepository
 from pml.storage.types import utc_now
 from pml.upstream.pool import ClientPool
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from context import encoder
 
 pytestmark = pytest.mark.anyio
 

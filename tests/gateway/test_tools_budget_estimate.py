@@ -11,22 +11,17 @@ import json
 import random
 import statistics
 import string
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import tiktoken
 
+from gateway.tools_budget_bench import encoder, generate, reference_tools, synthetic_catalog
 from pml.gateway.capability_tools import describe, input_schema
 from pml.gateway.schemas import STATIC_WIRE
 from pml.gateway.tools_budget import MIN_TOOL_TOKENS, estimate_tokens
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from context import encoder, reference_tools, synthetic_catalog
-from data.synthetic_capabilities import generate
 
 
 @pytest.fixture(scope="module")
