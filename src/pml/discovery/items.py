@@ -10,8 +10,10 @@ model reads at most 256 word pieces, and the first sentences of a description ca
 it is for.
 
 An item may have ``views``, more texts embedded on their own that find it too (its cosine
-is the best of its vectors): a tool's name with its server and its first sentence (the
-server says what the tool works on: "memory", "git"), and a capability's remembered
+is the best of its vectors): a tool's name with its server and each sentence of its
+description (the server says what the tool works on: "memory", "git"; a sentence of a long
+description matches a request better alone than diluted in the whole), and a capability's
+remembered
 intents — the other ways it was asked for (at most ``MAX_VIEWS``, newest first; its
 original intent is already part of its main text).
 """
@@ -67,8 +69,11 @@ def _identifier(name: str) -> str:
     return " ".join(words(name))
 
 
-def _first_sentence(text: str) -> str:
-    return _SENTENCE_END.split(text, maxsplit=1)[0][:EMBED_DESCRIPTION_CHARS]
+def _sentences(text: str) -> list[str]:
+    """The sentences of a description worth a view of their own (the first always)."""
+    parts = [part.strip() for part in _SENTENCE_END.split(text[:INDEX_DESCRIPTION_CHARS])]
+    kept = [part for index, part in enumerate(parts) if part and (index == 0 or len(part) > 10)]
+    return [part[:EMBED_DESCRIPTION_CHARS] for part in kept[:MAX_VIEWS]]
 
 
 def _folded(text: str) -> str:
@@ -107,15 +112,14 @@ def tool_item(tool: UpstreamTool) -> Item:
     embed_text = f"{name}: {description[:EMBED_DESCRIPTION_CHARS]}" if description else name
     parameters = " ".join(_parameter_names(tool.definition.input_schema))
     index_text = f"{tool.server} {name} {description[:INDEX_DESCRIPTION_CHARS]} {parameters}"
-    lead = _first_sentence(description)
-    view = f"{name} ({tool.server}): {lead}" if lead else f"{name} ({tool.server})"
+    views = tuple(f"{name} ({tool.server}): {part}" for part in _sentences(description))
     entry = Entry(
         key=tool_key(tool.server, tool.name),
         kind="tool",
         text_hash=text_hash(embed_text),
         payload=tool,
     )
-    return Item(entry, embed_text, index_text, (view,))
+    return Item(entry, embed_text, index_text, views or (f"{name} ({tool.server})",))
 
 
 def capability_item(row: CapabilityRow) -> Item:
