@@ -15,17 +15,20 @@ texts are embedded again.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Final, cast
+from typing import Any, Final, NamedTuple, cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from pml.registry.intents import MAX_KEPT
+from pml.storage.tables import capability_intents as intents
 from pml.storage.tables import capability_records as records
 from pml.storage.tables import discovery_vectors as vectors
 
 SAVE_BATCH: Final = 500
+INTENT_BATCH: Final = 500
 
 _CAPABILITY_COLUMNS = (
     records.c.fqdn,
@@ -45,6 +48,9 @@ _CAPABILITY_COLUMNS = (
     records.c.created_by,
     records.c.usage_count,
     records.c.success_count,
+    records.c.recent_outcomes,
+    records.c.recent_runs,
+    records.c.recent_latency_ms,
     records.c.updated_at,
     records.c.archived_at,
     records.c.deprecated_at,
@@ -78,6 +84,24 @@ class CapabilityRow:
     archived: bool = False
     # The ``deprecated``/``replacedBy`` warning of a deprecated capability.
     deprecation: dict[str, str] | None = None
+    # How its last runs went (``pml.registry.reliability``)
+    recent_outcomes: int = 0
+    recent_runs: int = 0
+    recent_latency_ms: float = 0.0
+    # The distinct intents it was asked for with (``capability_intents``), most recently
+    # seen first, at most ``pml.registry.intents.MAX_KEPT``; ``updated_at`` is then the
+    # later of the record's change and its newest intent's arrival (discovery's watermark)
+    intents: tuple[str, ...] = ()
+
+
+class CapabilityStats(NamedTuple):
+    """What changes on every run: totals and the recent runs."""
+
+    usage: int
+    success: int
+    recent_outcomes: int
+    recent_runs: int
+    recent_latency_ms: float
 
 
 class SqlDiscoveryRepository:
@@ -115,31 +139,82 @@ class SqlDiscoveryRepository:
             )
 
     async def capabilities_since(self, since: datetime | None) -> list[CapabilityRow]:
-        """Capabilities changed after ``since`` (all when None), oldest change first."""
-        query = sa.select(*_CAPABILITY_COLUMNS).where(records.c.record_type == "capability")
+        """Capabilities changed after ``since`` (all when None), oldest change first: their
+        record, or their remembered intents (a new one since then)."""
+        r = records.c
+        query = sa.select(*_CAPABILITY_COLUMNS).where(r.record_type == "capability")
         if since is not None:
-            query = query.where(records.c.updated_at > since)
-        result = await self.conn.execute(query.order_by(records.c.updated_at))
-        return [_capability(row) for row in result.mappings()]
+            # first_seen <= last_seen: the index on last_seen_at finds the new ones
+            i = intents.c
+            new_intents = sa.select(i.fqdn).where(i.last_seen_at > since, i.first_seen_at > since)
+            query = query.where(sa.or_(r.updated_at > since, r.fqdn.in_(new_intents)))
+        result = await self.conn.execute(query)
+        rows = [_capability(row) for row in result.mappings()]
+        return await self._with_intents(rows, everything=since is None)
 
     async def capabilities(self, fqdns: Sequence[str]) -> list[CapabilityRow]:
-        """These capabilities (the ones that exist)."""
+        """These capabilities (the ones that exist), oldest change first."""
         if not fqdns:
             return []
         r = records.c
         query = sa.select(*_CAPABILITY_COLUMNS).where(
             r.record_type == "capability", r.fqdn.in_(list(fqdns))
         )
-        result = await self.conn.execute(query.order_by(r.updated_at))
-        return [_capability(row) for row in result.mappings()]
+        result = await self.conn.execute(query)
+        return await self._with_intents([_capability(row) for row in result.mappings()])
 
-    async def capability_stats(self) -> dict[str, tuple[int, int]]:
-        """Usage and success counts of every capability: fqdn → (usage, success)."""
+    async def _with_intents(
+        self, rows: list[CapabilityRow], *, everything: bool = False
+    ) -> list[CapabilityRow]:
+        """``rows`` with their remembered intents (newest first, at most ``MAX_KEPT``) and
+        ``updated_at`` moved to their newest intent's arrival when later, ordered by it.
+        One query per ``INTENT_BATCH`` rows (``everything``: one query for all)."""
+        if not rows:
+            return rows
+        i = intents.c
+        columns = (i.fqdn, i.text, i.first_seen_at)
+        found: dict[str, list[str]] = {row.fqdn: [] for row in rows}
+        if everything:
+            kinds = sa.select(records.c.fqdn).where(records.c.record_type == "capability")
+            queries = [sa.select(*columns).where(i.fqdn.in_(kinds))]
+        else:
+            fqdns = list(found)
+            queries = [
+                sa.select(*columns).where(i.fqdn.in_(fqdns[start : start + INTENT_BATCH]))
+                for start in range(0, len(fqdns), INTENT_BATCH)
+            ]
+        newest: dict[str, datetime] = {}
+        for query in queries:
+            ordered = query.order_by(i.fqdn, i.last_seen_at.desc(), i.text_hash)
+            for fqdn, text, first_seen_at in await self.conn.execute(ordered):
+                kept = found.get(fqdn)
+                if kept is None:
+                    continue
+                if len(kept) < MAX_KEPT:
+                    kept.append(text)
+                if fqdn not in newest or first_seen_at > newest[fqdn]:
+                    newest[fqdn] = first_seen_at
+        complete = [
+            replace(
+                row,
+                intents=tuple(found[row.fqdn]),
+                updated_at=max(row.updated_at, newest.get(row.fqdn, row.updated_at)),
+            )
+            for row in rows
+        ]
+        return sorted(complete, key=lambda row: (row.updated_at, row.fqdn))
+
+    async def capability_stats(self) -> dict[str, CapabilityStats]:
+        """Usage, success and recent runs of every capability (``CapabilityStats``)."""
         r = records.c
+        columns = (r.usage_count, r.success_count, r.recent_outcomes, r.recent_runs)
         result = await self.conn.execute(
-            sa.select(r.fqdn, r.usage_count, r.success_count).where(r.record_type == "capability")
+            sa.select(r.fqdn, *columns, r.recent_latency_ms).where(r.record_type == "capability")
         )
-        return {fqdn: (int(usage), int(success)) for fqdn, usage, success in result}
+        return {
+            fqdn: CapabilityStats(int(usage), int(success), int(bits), int(runs), float(latency))
+            for fqdn, usage, success, bits, runs, latency in result
+        }
 
 
 def _capability(data: sa.RowMapping) -> CapabilityRow:
@@ -165,6 +240,9 @@ def _capability(data: sa.RowMapping) -> CapabilityRow:
         created_by=data["created_by"],
         usage_count=int(data["usage_count"]),
         success_count=int(data["success_count"]),
+        recent_outcomes=int(data["recent_outcomes"]),
+        recent_runs=int(data["recent_runs"]),
+        recent_latency_ms=float(data["recent_latency_ms"]),
         archived=data["archived_at"] is not None,
         deprecation=_deprecation(data),
         updated_at=data["updated_at"],
