@@ -7,7 +7,9 @@ the traces local clients send for code they ran (``pml.execution.trace_ingest``)
 stores the code as it should be kept — literals lifted into parameters, secrets never,
 capabilities referenced by FQDN — under the identity of the code as the agent wrote it,
 computes routing from what the code uses (SPEC §8), and records the run's trace: each
-tool call's tool, argument digest, duration and success.
+tool call's tool, argument digest, duration and success. The run's intent is remembered
+for the capability (``pml.registry.intents``): queued with the usage count, written in the
+same batch, so reusing a capability still costs one read before the answer.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from pml.analysis.snippet import SnippetAnalysis, code_to_store
 from pml.execution.recorder import UsageRecorder
 from pml.execution.references import Plan
+from pml.registry.intents import sighted
 from pml.registry.models import CapabilityRecord
 from pml.registry.routing import Routing
 from pml.registry.scope import Scope
@@ -106,12 +109,15 @@ class CaptureService:
             name is None or existing.named or name == existing.display_name
         ):
             self._recorder.count(existing.fqdn, success=True, latency_ms=report.duration_ms)
+            self.remember(scope, existing.fqdn, report.intent, "reuse")
             if record_trace:
                 self._recorder.trace(report.trace_row(existing.fqdn))
             return existing, False
         result = await self._registry.capture(
             scope, report.draft(name, routing), latency_ms=report.duration_ms
         )
+        source = "capture" if result.created else "reuse"
+        self.remember(scope, result.record.fqdn, report.intent, source)
         if record_trace:
             self._recorder.trace(report.trace_row(result.record.fqdn))
         return result.record, result.created
@@ -130,6 +136,7 @@ class CaptureService:
         draft = report.draft(None, routing, version_tag)
         record = await self._registry.update_code(report.scope, name, draft)
         self._recorder.count(record.fqdn, success=True, latency_ms=report.duration_ms)
+        self.remember(report.scope, record.fqdn, report.intent, "update")
         if record_trace:
             self._recorder.trace(report.trace_row(record.fqdn))
         return record
@@ -143,3 +150,10 @@ class CaptureService:
     def count_use(self, fqdn: str, *, success: bool, latency_ms: float) -> None:
         """A run of an existing capability (by name, on a client) counts for it."""
         self._recorder.count(fqdn, success=success, latency_ms=latency_ms)
+
+    def remember(self, scope: Scope, fqdn: str, intent: object, source: str) -> None:
+        """Queue an intent that led to ``fqdn``: cut and hashed now (about a microsecond);
+        scrubbed, compared and written in the recorder's batched write."""
+        sighting = sighted(fqdn, intent, source, scope.user, utc_now())
+        if sighting is not None:
+            self._recorder.intent(sighting)

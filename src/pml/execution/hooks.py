@@ -69,6 +69,8 @@ class FinishedRun:
     # Set instead when the project's capability quota refused the capture (nothing saved).
     not_saved: LimitExceeded | None = None
     not_saved_routing: Routing | None = None
+    # By name: the request as it would resume (``mode``, and the ``intent`` it stated).
+    resume: dict[str, Any] | None = None
     notes: dict[str, Any] = field(default_factory=dict[str, Any])
 
     @property
@@ -115,7 +117,8 @@ class PostHooks:
 
 
 class CaptureHook:
-    """A successful direct run becomes (or counts for) a capability."""
+    """A successful direct run becomes (or counts for) a capability; a successful run by
+    name in ``pml_execute`` remembers the intent it stated."""
 
     name = "capture"
     required = True
@@ -126,6 +129,10 @@ class CaptureHook:
 
     async def __call__(self, run: FinishedRun) -> None:
         report = run.report
+        stated = run.resume or {}
+        if run.capability_fqdn is not None and run.success and stated.get("mode") == "execute":
+            # pml_execute by name: the intent it stated (a tool call states none)
+            self._capture.remember(run.scope, run.capability_fqdn, stated.get("intent"), "call")
         if report is None or not run.success:
             return
         if run.update:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import TracebackType
 from typing import Final, Self
@@ -35,6 +35,7 @@ import anyio.abc
 from sqlalchemy.exc import SQLAlchemyError
 
 from pml.errors import PmlError
+from pml.registry.intents import MeaningCheck
 from pml.registry.reliability import WINDOW, clean_latency
 from pml.registry.scope import Scope
 from pml.storage.capability_usage import add_code_usage, add_usage
@@ -107,6 +108,8 @@ class UsageRecorder:
         self._calls: list[ToolUsageRow] = []
         self._intents: dict[tuple[str, str], IntentSighting] = {}
         self._intents_changed: IntentsChanged | None = None
+        # How intents are compared by meaning (``pml.wiring.remember_intents``); None: exactly
+        self.intent_meaning: MeaningCheck | None = None
         self._writing = 0  # rows of the flush in progress (still pending until committed)
         self._wake = anyio.Event()
         self._write_lock = anyio.Lock()
@@ -152,9 +155,11 @@ class UsageRecorder:
 
     def intent(self, sighting: IntentSighting) -> None:
         """Queue one intent a capability was reached with (the same text twice in a batch
-        is written once, as its latest sighting)."""
+        is written once, as its latest sighting, with the uses of both)."""
         key = (sighting.fqdn, sighting.text_hash)
-        self._intents.pop(key, None)
+        previous = self._intents.pop(key, None)
+        if previous is not None:
+            sighting = replace(sighting, uses=previous.uses + sighting.uses)
         self._intents[key] = sighting
         if len(self._intents) > MAX_PENDING:
             oldest = next(iter(self._intents))
@@ -246,14 +251,17 @@ class UsageRecorder:
                     await SqlTraceRepository(conn).insert_many(traces)
                     await SqlToolUsageRepository(conn).insert_many(calls)
                     if sightings:
-                        changed = await SqlIntentRepository(conn).remember(list(sightings.values()))
+                        repo = SqlIntentRepository(conn, self.intent_meaning)
+                        changed = await repo.remember(list(sightings.values()))
             except (PmlError, SQLAlchemyError) as error:
                 logger.warning("usage and traces not written yet (will retry): %s", error)
                 self._requeue(usage, traces, calls)
                 for key, item in by_code.items():
                     self._code_usage.setdefault(key, _Usage()).merge_older(item)
                 for key, sighting in sightings.items():
-                    self._intents.setdefault(key, sighting)
+                    newer = self._intents.get(key)
+                    uses = sighting.uses + (newer.uses if newer is not None else 0)
+                    self._intents[key] = replace(newer or sighting, uses=uses)
             finally:
                 self._writing = 0
         if changed and self._intents_changed is not None:

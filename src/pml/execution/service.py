@@ -295,7 +295,7 @@ class ExecuteService:
             if handed is not None:
                 return handed
         budget = Budget.start(limits, request=request, journal=journal)
-        finished = FinishedRun(scope, request, budget, 0.0)
+        finished = FinishedRun(scope, request, budget, 0.0, resume=resume)
         try:
             outcome = await self._run_resolved(scope, resolved, args, budget, ())
         except ApprovalRequired as waiting:

@@ -27,7 +27,7 @@ from pml.registry.scope import Scope
 from pml.registry.service import CapabilityRegistry
 from pml.storage.database import Database
 from pml.upstream.base import UpstreamPool
-from pml.wiring import routing_rules
+from pml.wiring import remember_intents, routing_rules
 
 if TYPE_CHECKING:
     from pml.curation.service import CurationService
@@ -87,6 +87,7 @@ async def open_executor(
     """``pml_execute``'s service on the sandbox engine, the usage recorder it writes with,
     and the ingest of client traces sharing its capture service (imported lazily; on exit
     the engine stops and everything recorded is written)."""
+    from pml.discovery.embedder import load_embedder
     from pml.execution.capture import CaptureService
     from pml.execution.handoff import ClientHandoff, OfflineContexts
     from pml.execution.hooks import CleanupHook
@@ -98,6 +99,7 @@ async def open_executor(
     engine = fair_engine(settings.sandbox, settings.limits)  # workers shared between tenants
     try:
         async with UsageRecorder(db) as recorder:
+            remember_intents(recorder, registry, load_embedder(settings.discovery.embedder))
             service = ExecuteService(
                 registry=registry,
                 pool=pool,

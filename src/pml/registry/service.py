@@ -25,6 +25,7 @@ from pml.policy.model import Auditor
 from pml.registry import creation, naming
 from pml.registry.changes import UNNAMED_CAPTURE, ChangeAnnouncer, ChangeListener
 from pml.registry.fqdn import Fqdn, message_value
+from pml.registry.intents import IntentRecord
 from pml.registry.models import (
     CapabilityDraft,
     CapabilityRecord,
@@ -58,6 +59,7 @@ from pml.storage.capability_repo import (
 )
 from pml.storage.capability_writes import count_capabilities
 from pml.storage.database import Database
+from pml.storage.intent_repo import SqlIntentRepository, remember_now
 from pml.storage.types import utc_now
 from pml.storage.usage_repo import CAPABILITY_SERVER_ID, SqlToolUsageRepository, ToolUsageSummary
 
@@ -148,6 +150,11 @@ class CapabilityRegistry:
                 scope.org, scope.project, server_id=CAPABILITY_SERVER_ID, tool_name=fqdn, limit=1
             )
         return found[0] if found else None
+
+    async def intents_of(self, fqdn: str) -> list[IntentRecord]:
+        """The intents remembered for ``fqdn`` (``pml.registry.intents``), newest first."""
+        async with self._db.read() as conn:
+            return (await SqlIntentRepository(conn).of([fqdn]))[fqdn]
 
     async def find_by_code(self, scope: Scope, code_hash: str) -> CodeOwner | None:
         """The capability of the caller's org/project whose current code has this hash."""
@@ -255,6 +262,10 @@ class CapabilityRegistry:
                     field="version_tag",
                 )
             tools = list(draft.tools_used)
+            lookup = creation.lookup_in(repo, scope)
+            routing = await creation.routing_of(
+                self.routing, tools, record.routing_override, lookup
+            )
             updated = replace(
                 record,
                 code=draft.code,
@@ -263,7 +274,7 @@ class CapabilityRegistry:
                 description=draft.description or record.description,
                 parameters_schema=draft.parameters_schema,
                 tools_used=tools,
-                routing=await self._routing_of(repo, scope, tools, record.routing_override),
+                routing=routing,
                 version=record.version + 1,
                 version_tag=tag,
                 updated_by=scope.user,
@@ -303,6 +314,8 @@ class CapabilityRegistry:
                 await repo.update_record(
                     record.fqdn, updated_by=scope.user, updated_at=now, **values
                 )
+            if description := values.get("description"):  # what it is for: remembered
+                await remember_now(repo.conn, record.fqdn, description, scope.user, now)
             updated = await repo.get(record.fqdn)
             assert updated is not None
         await self.announce(scope, updated.fqdn, "renamed")
@@ -383,14 +396,3 @@ class CapabilityRegistry:
         notified = self._db.dialect == "postgresql"  # the statement itself sent the NOTIFY
         await self._changes.announce(scope.org, scope.project, record.fqdn, kind, notified=notified)
         return CaptureResult(record=record, created=True)
-
-    async def _routing_of(
-        self,
-        repo: SqlCapabilityRepository,
-        scope: Scope,
-        tools: Sequence[str],
-        explicit: Routing | None,
-    ) -> Routing:
-        return await creation.routing_of(
-            self.routing, tools, explicit, creation.lookup_in(repo, scope)
-        )

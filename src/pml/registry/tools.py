@@ -208,10 +208,12 @@ class CapTools:
         return result | (record.deprecation or {})
 
     async def whois(self, scope: Scope, arguments: object) -> dict[str, Any]:
-        """The full record behind an FQDN, its aliases and its number of versions."""
+        """The full record behind an FQDN, its aliases, its number of versions and the
+        intents it was asked for with (newest first)."""
         params = parse_params(WhoisParams, arguments)
         found = await self._registry.whois(scope, params.fqdn)
         calls = await self._registry.usage_of(scope, found.record.fqdn)
+        intents = await self._registry.intents_of(found.record.fqdn)
         return {
             **found.record.to_dict(),
             "aliases": [
@@ -221,6 +223,7 @@ class CapTools:
             "version_count": found.version_count,
             # Calls made from the caller's own org/project (tool_usage rows), never others'.
             "tool_usage": calls.to_dict() if calls is not None else None,
+            "intents": [intent.to_dict() for intent in intents],
         } | (found.record.deprecation or {})
 
     async def rename(self, scope: Scope, arguments: object) -> dict[str, Any]:
@@ -236,10 +239,13 @@ class CapTools:
         return (await self._registry.rename(scope, params.name, changes)).to_dict()
 
     async def history(self, scope: Scope, arguments: object) -> dict[str, Any]:
-        """Versions, newest first, each with a unified diff to its predecessor."""
+        """Versions, newest first, each with a unified diff to its predecessor, and the
+        intents remembered across them (newest first)."""
         params = parse_params(HistoryParams, arguments)
         record, versions, alias = await self._registry.history(scope, params.name)
         result = history_answer(record.fqdn, record.display_name, versions)
+        intents = await self._registry.intents_of(record.fqdn)
+        result["intents"] = [intent.to_dict() for intent in intents]
         if alias is not None:
             result["deprecatedAlias"] = alias
         return result
