@@ -237,9 +237,10 @@ async def test_a_capability_page_shows_code_schema_intents_versions_and_usage(
     # the parameters schema, pretty-printed, with the lifted literal
     assert '<span class="nt">&#34;path&#34;</span>' in text or '"path"' in html.unescape(text)
     assert "/data/config.json" in text
-    # intents: those of the runs that taught it its code, newest first
+    # intents: the remembered ones (capture, calls by name, the new version), newest first
     intents = [html.unescape(found) for found in re.findall(r"<li><q>([^<]*)</q>", text)]
-    assert intents == ["read config, args only", "read the config file"]
+    assert intents == ["read config, args only", "load settings", "read the config file"]
+    assert "3 runs" in text  # "load settings", asked for three times
     # versions, the newest with its diff to v1
     assert "<strong>v2</strong>" in text
     assert "<strong>v1</strong>" in text

@@ -175,6 +175,8 @@ def register(app: typer.Typer) -> None:
             print_json(result)
             return
         shown = {**result, "aliases": ", ".join(a["alias"] for a in result["aliases"]) or None}
+        remembered: list[dict[str, Any]] = result.get("intents") or []  # newest first
+        shown["intents"] = "\n".join(f"{i['text']} (×{i['uses']})" for i in remembered) or None
         _print_fields(shown, [key for key in shown if key not in {"code", "parameters_schema"}])
         if result.get("code"):
             Console().print("[bold]code[/bold]")

@@ -103,11 +103,21 @@ def checked_notice(request: Request) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class IntentView:
-    """An intent the capability was learned from or run for."""
+    """An intent the capability was learned from or run for (``runs``: how many times)."""
 
     text: str
     runs: int | None
     last_seen: Moment | None
+
+
+def remembered_intents(whois: Mapping[str, Any]) -> list[IntentView]:
+    """``cap_whois``'s remembered intents (scrubbed, one per meaning, newest first), each
+    with how many times it was asked for."""
+    entries: Sequence[Mapping[str, Any]] = whois.get("intents") or []
+    return [
+        IntentView(str(entry["text"]), int(entry["uses"]), when(entry.get("last_seen_at")))
+        for entry in entries
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,8 +191,10 @@ def routes(ui: Ui, tools: CapTools) -> list[Route]:
             tool_name=fqdn,
             days=USAGE_DAYS,
         )
-        seen = await intents_of(db, scope.org, scope.project, fqdn, limit=MAX_INTENTS)
-        intents = [IntentView(s.intent, s.runs, when(s.last_seen)) for s in seen]
+        intents = remembered_intents(whois)
+        if not intents:  # learned before intents were remembered: what its traces say
+            seen = await intents_of(db, scope.org, scope.project, fqdn, limit=MAX_INTENTS)
+            intents = [IntentView(s.intent, s.runs, when(s.last_seen)) for s in seen]
         learned = whois.get("intent")
         if learned and all(intent.text != learned for intent in intents):
             intents.append(IntentView(str(learned), None, None))
