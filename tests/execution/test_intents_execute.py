@@ -283,3 +283,19 @@ async def test_the_answer_of_a_reuse_waits_for_no_intent_write(execute: Execute)
 async def test_cap_whois_of_an_mcp_server_record_has_no_intents(execute: Execute) -> None:
     fqdn = (await _tool(execute, "cap_lookup", {"name": "mcp:filesystem"}))["fqdn"]
     assert (await _tool(execute, "cap_whois", {"fqdn": fqdn}))["intents"] == []
+
+
+async def test_pml_discover_finds_a_capability_by_an_intent_it_learned_later(
+    execute: Execute,
+) -> None:
+    created = await execute(code=ECHO, intent="echo the greeting back")
+    fqdn = created["capabilityFqdn"]
+    # a close distractor: before the echo capability learns the request, this one wins
+    await execute(code="return 41 + 1", intent="translate a german letter into french")
+    query = {"intent": "translate a french invoice into english", "kind": "capability"}
+    before = await _tool(execute, "pml_discover", query)
+    assert before["results"][0]["name"] not in {created["capabilityName"], fqdn}
+    await execute(code=ECHO, intent="translate a french invoice into english")
+    await execute.gateway.executor.flush()  # written and announced: discovery re-reads it
+    after = await _tool(execute, "pml_discover", query)
+    assert after["results"][0]["name"] in {created["capabilityName"], fqdn}
