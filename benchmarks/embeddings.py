@@ -2,11 +2,13 @@
 
     python benchmarks/embeddings.py [--queries 400] [--batch 256] [--embedder auto]
 
-Loads the embedder (``load_embedder``; ``auto`` is the MiniLM model when installed), then
-embeds short discovery queries (5-15 words, all different) one at a time, and a batch of
-tool descriptions (~30 words each) in one call. The hashing fallback is timed on the same
-queries. Prints one JSON object: {"model_id", "dim", "load_ms", "query_p50_ms",
-"query_p95_ms", "batch_texts_per_s", "hashing_query_p50_ms", ...}.
+Loads the embedder (``load_embedder``; ``auto`` is the MiniLM model when installed; the load
+time includes building its runtime), then embeds short discovery queries (5-15 words, all
+different) one at a time, and a batch of tool descriptions (~30 words each) in one call. The
+hashing fallback is timed on the same queries. Prints one JSON object: {"model_id", "dim",
+"load_ms", "query_p50_ms", "query_p95_ms", "batch_texts_per_s", "rss_start_mb",
+"rss_loaded_mb", "rss_after_batch_mb", "hashing_query_p50_ms", ...}; the RSS values are
+the whole process's (Linux only, else null).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import Literal, cast
 
-from pml.discovery.embedder import Embedder, HashingEmbedder, load_embedder
+from pml.discovery.embedder import DeferredMiniLm, Embedder, HashingEmbedder, load_embedder
 
 _VERBS = (
     "read",
@@ -149,6 +151,18 @@ def _time_queries(embedder: Embedder, texts: Sequence[str]) -> list[float]:
     return times
 
 
+def rss_mb() -> float | None:
+    """This process's resident memory in MB (``/proc``; ``None`` elsewhere)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
 def _percentile(values: Sequence[float], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
@@ -161,9 +175,13 @@ def main() -> None:
     args = parser.parse_args()
     choice = cast(Literal["auto", "minilm", "hashing"], args.embedder)
 
+    rss_start = rss_mb()
     start = time.perf_counter()
     embedder = load_embedder(choice)
+    if isinstance(embedder, DeferredMiniLm):
+        embedder.model()  # the runtime is built on first use: count it
     load_ms = (time.perf_counter() - start) * 1000
+    rss_loaded = rss_mb()
 
     texts = queries(args.queries)
     times = _time_queries(embedder, texts)
@@ -172,6 +190,7 @@ def main() -> None:
     start = time.perf_counter()
     embedder.embed(batch)
     batch_s = time.perf_counter() - start
+    rss_after_batch = rss_mb()
     hashing = _time_queries(HashingEmbedder(), texts)
 
     print(
@@ -186,6 +205,9 @@ def main() -> None:
                 "query_p99_ms": round(_percentile(times, 99), 3),
                 "batch_size": len(batch),
                 "batch_texts_per_s": round(len(batch) / batch_s, 1),
+                "rss_start_mb": rss_start,
+                "rss_loaded_mb": rss_loaded,
+                "rss_after_batch_mb": rss_after_batch,
                 "hashing_query_p50_ms": round(statistics.median(hashing), 3),
                 "hashing_query_p95_ms": round(_percentile(hashing, 95), 3),
             }
