@@ -117,6 +117,12 @@ def scrub_text(text: str) -> str:
     return _string(text, named=False, budget=_Budget())
 
 
+def redact_secrets(text: str) -> str:
+    """The secrets inside ``text`` replaced as ``scrub_text`` replaces them, nothing cut
+    (for text whose length the caller already bounds, such as a stored intent)."""
+    return _redact_text(str.__str__(text))
+
+
 def _scrub(value: Any, depth: int, *, named: bool, budget: _Budget) -> Any:
     if budget.nodes <= 0:
         return TRUNCATED

@@ -30,6 +30,7 @@ from pml.errors import (
     PermissionDenied,
     StorageError,
 )
+from pml.policy.scrub import redact_secrets
 from pml.registry.fqdn import fqdn_candidates, message_value
 from pml.registry.models import CapabilityDraft, CapabilityRecord
 from pml.registry.names import (
@@ -242,6 +243,13 @@ def check_intent(intent: object) -> str | None:
     return intent
 
 
+def stored_intent(intent: object) -> str | None:
+    """``check_intent``, then scrubbed as the audit scrubs: a secret typed into an intent
+    is never stored."""
+    checked = check_intent(intent)
+    return redact_secrets(checked) if checked else checked
+
+
 def check_tools_used(tools: object) -> list[str]:
     """The tool references a run used: a list of at most 1000 short strings."""
     if isinstance(tools, str) or not isinstance(tools, Sequence):
@@ -345,7 +353,7 @@ def checked_draft(draft: CapabilityDraft) -> CapabilityDraft:
     description = draft.description
     return replace(
         draft,
-        intent=check_intent(draft.intent),
+        intent=stored_intent(draft.intent),
         description=check_description(description) if description is not None else None,
         tools_used=check_tools_used(draft.tools_used),
     )

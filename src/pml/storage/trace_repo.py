@@ -14,6 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from pml.policy.scrub import redact_secrets
 from pml.storage.tables import execution_traces
 
 
@@ -40,8 +41,12 @@ _FIELDS = tuple(field.name for field in fields(TraceRow))
 
 
 def _values(row: TraceRow) -> dict[str, Any]:
-    """The row's columns (not ``asdict``: its deep copy of task results costs ~0.1 ms)."""
-    return {name: getattr(row, name) for name in _FIELDS}
+    """The row's columns (not ``asdict``: its deep copy of task results costs ~0.1 ms), its
+    intent scrubbed as the audit scrubs (an agent may have typed a secret into it)."""
+    values = {name: getattr(row, name) for name in _FIELDS}
+    if isinstance(row.intent, str) and row.intent:
+        values["intent"] = redact_secrets(row.intent)
+    return values
 
 
 class SqlTraceRepository:
