@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 from pml.config import RESERVED_SERVER_NAME, Settings
-from pml.registry.intents import INTENTS_CHANGED
+from pml.registry.changes import INTENTS_CHANGED
 from pml.registry.scope import Scope
 from pml.registry.service import RoutingRules
 

@@ -18,8 +18,8 @@ from gateway.upstreams import Upstream, gateway_settings
 from pml.errors import NotFound
 from pml.gateway.schemas import ExecuteParams
 from pml.gateway.server import Gateway, open_gateway
-from pml.registry.changes import CapabilityChange
-from pml.registry.intents import INTENTS_CHANGED, MAX_KEPT
+from pml.registry.changes import INTENTS_CHANGED, CapabilityChange
+from pml.registry.intents import MAX_KEPT
 from pml.registry.scope import Scope
 from pml.registry.tools import CapTools
 from pml.storage.tables import capability_intents

@@ -35,6 +35,7 @@ from pml.execution.references import plan_references
 from pml.execution.trace_wire import MAX_TRACES
 from pml.gateway.schemas import ExecuteParams
 from pml.registry.scope import Scope
+from pml.storage.intent_repo import SqlIntentRepository
 from pml.storage.tables import audit_events
 from pml.storage.workflow_repo import WorkflowStateStore
 
@@ -690,3 +691,17 @@ async def test_a_registry_change_makes_the_ingest_forget_what_it_remembered(hub:
     again = await _captured(hub)
     assert again["created"] is True
     assert again["capabilityFqdn"] != first["capabilityFqdn"]
+
+
+async def test_a_known_codes_new_intent_from_a_client_is_remembered(hub: Hub) -> None:
+    first = await hub.hand_off(READ_NOTE, intent="show me the note")
+    [created] = await hub.ingest([trace(first["workflowId"])])
+    # the code is known when the next batch arrives: its traces take the batch's shortcut
+    later = [await hub.hand_off(READ_NOTE, intent=text) for text in ("what does it say", "cat it")]
+    results = await hub.ingest([trace(handed["workflowId"]) for handed in later])
+    assert {result["capabilityFqdn"] for result in results} == {created["capabilityFqdn"]}
+    await hub.gateway.executor.flush()
+    async with hub.gateway.db.read() as conn:
+        found = await SqlIntentRepository(conn).of([created["capabilityFqdn"]])
+    texts = {intent.text for intent in found[created["capabilityFqdn"]]}
+    assert texts == {"show me the note", "what does it say", "cat it"}

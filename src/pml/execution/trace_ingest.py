@@ -313,6 +313,7 @@ class TraceIngest:
         if known is not None and context.name is None and not context.update:
             # This batch already captured the same code: one more use, no second lookup.
             self._capture.count_use(known[0], success=True, latency_ms=trace.durationMs)
+            self._capture.remember(scope, known[0], report.intent, "reuse")
             rows.append(stored_row(report, known[0], trace))
             return answer(trace, "captured", created=False, capabilityFqdn=known[0],
                           capabilityName=known[1])  # fmt: skip

@@ -34,6 +34,7 @@ from pml.gateway.capability_tools import CapabilityToolCatalog, ToolListing
 from pml.gateway.notify import ToolListNotifier
 from pml.registry.changes import (
     CHANGES_CHANNEL,
+    INTENTS_CHANGED,
     UNNAMED_CAPTURE,
     CapabilityChange,
     ChangeListener,
@@ -48,8 +49,8 @@ POLL_INTERVAL_S: Final = 1.0
 LISTEN_START_S: Final = 10.0
 RERANK_INTERVAL_S: Final = 30.0
 # Changes that never alter a tool listing: an unnamed capture, and a capability's remembered
-# intents (``pml.registry.intents.INTENTS_CHANGED``; listings show the record's own intent).
-UNLISTED_KINDS: Final = frozenset({UNNAMED_CAPTURE, "intents_changed"})
+# intents (``INTENTS_CHANGED``; listings show the record's own intent).
+UNLISTED_KINDS: Final = frozenset({UNNAMED_CAPTURE, INTENTS_CHANGED})
 
 WATERMARK_STATEMENT = sa.select(sa.func.count(), sa.func.max(records.c.updated_at)).where(
     records.c.record_type == "capability"

@@ -29,6 +29,9 @@ MAX_PAYLOAD: Final = 4000
 # The kind of a new unnamed capability: it changes no tool list (watchers of tool lists
 # skip it) but discovery indexes it and curation counts it.
 UNNAMED_CAPTURE: Final = "captured_unnamed"  # PostgreSQL allows 8000 bytes per NOTIFY payload
+# The kind of a change to a capability's remembered intents: discovery re-reads it, tool
+# lists do not change.
+INTENTS_CHANGED: Final = "intents_changed"
 
 
 @dataclass(frozen=True, slots=True)

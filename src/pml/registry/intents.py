@@ -47,9 +47,6 @@ SAME_MEANING: Final = 0.9
 # How much being older weighs against being redundant when the bound drops one.
 STALENESS_WEIGHT: Final = 0.5
 SOURCES: Final = ("capture", "reuse", "call", "update", "rename")
-# The kind of change announced when a capability's remembered intents changed: no tool list
-# changes, discovery re-reads it.
-INTENTS_CHANGED: Final = "intents_changed"
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ufffd]+")
 _NOT_WORD = re.compile(r"[\W_]+")
