@@ -296,3 +296,31 @@ def test_a_tool_is_seen_with_its_server_and_each_sentence() -> None:
         input_schema={"type": "object"},
     )  # fmt: skip
     assert len(tool_item(UpstreamTool("s", many)).views) == MAX_VIEWS
+
+
+# -- a capability over the tools of the servers it calls -------------------------------------
+
+
+def test_a_capability_comes_above_a_tool_of_its_server_when_it_fits_as_well() -> None:
+    index = HybridIndex(DIM)
+    read = Entry("tool:filesystem:read", "tool", "t", None, servers=("filesystem",))
+    index.put(read, unit(1, 0.9), [])
+    index.put(capability_entry("counts", servers=("filesystem",)), unit(1, 0.8), [])
+    index.put(capability_entry("other", servers=("github",)), unit(1, 0.8), [])
+    hits = index.search(axis(0), [], ME, limit=3)
+    assert [hit.entry.key for hit in hits] == ["counts", "tool:filesystem:read", "other"]
+    assert hits[0].score == pytest.approx(hits[1].score, abs=1e-3)
+    only = index.search(axis(0), [], ME, kind="capability", limit=3)  # no tools: no lift
+    assert only[0].score < hits[0].score
+
+
+def test_a_capability_that_fits_worse_or_keeps_failing_stays_below_its_tool() -> None:
+    index = HybridIndex(DIM)
+    read = Entry("tool:filesystem:read", "tool", "t", None, servers=("filesystem",))
+    index.put(read, unit(1, 0.5), [])
+    index.put(capability_entry("looser", servers=("filesystem",)), unit(1, 0.7), [])
+    assert search(index, axis(0), limit=2) == ["tool:filesystem:read", "looser"]
+    index.put(capability_entry("closer", servers=("filesystem",)), unit(1, 0.45), [])
+    assert search(index, axis(0), limit=3)[0] == "closer"
+    index.set_stats("closer", 10, 2, runs(1, 10))  # failing: its malus counts
+    assert search(index, axis(0), limit=3)[0] == "tool:filesystem:read"

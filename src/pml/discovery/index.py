@@ -39,6 +39,7 @@ from pml.discovery.ranking import (
     capability_prior,
     usage_prior,
 )
+from pml.discovery.rerank import POOL, lift_over_their_tools
 from pml.discovery.views import RowViews
 from pml.registry.reliability import Reliability
 from pml.registry.scope import Scope
@@ -79,6 +80,8 @@ class Entry:
     deprecated: bool = False
     # how its last runs went (a capability's; tools have none)
     recent: Reliability = NO_RUNS
+    # the upstream servers a capability calls (``rerank``); a tool's own server
+    servers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,12 +244,15 @@ class HybridIndex:
         if ceiling > 0:
             lexical /= ceiling
             np.minimum(lexical, 1.0, out=lexical)
-        scores = VECTOR_WEIGHT * semantic + LEXICAL_WEIGHT * lexical
+        relevance = VECTOR_WEIGHT * semantic + LEXICAL_WEIGHT * lexical
+        scores = relevance.copy()
         calibrate(scores, self._visibility[:size] == _TOOL)
         scores += self._prior[:size]
         np.clip(scores, 0.0, 1.0, out=scores)
         mask = self._visible(scope, size, kind)
         scores[~mask] = -1.0
+        if kind == "all":
+            self._over_their_tools(scores, relevance)
         candidates = np.flatnonzero(scores >= max(min_score, 0.0))
         if kind == "all" and limit >= 2:
             rows = self._mixed(scores, candidates, limit)
@@ -268,6 +274,22 @@ class HybridIndex:
         return hits
 
     # -- internals -----------------------------------------------------------------------
+
+    def _over_their_tools(self, scores: Scores, relevance: Scores) -> None:
+        """A capability above the tools of the servers it calls when it fits as well
+        (``rerank``)."""
+        capabilities: list[tuple[int, tuple[str, ...]]] = []
+        tools: list[tuple[int, str]] = []
+        for row in _best(scores, np.flatnonzero(scores >= 0.0), POOL):
+            entry = self._entries[int(row)]
+            if entry is None or not entry.servers:
+                continue
+            if entry.kind == "tool":
+                tools.append((int(row), entry.servers[0]))
+            else:
+                capabilities.append((int(row), entry.servers))
+        if capabilities and tools:
+            lift_over_their_tools(scores, relevance, self._prior, capabilities, tools)
 
     def _mixed(self, scores: Scores, candidates: Rows, limit: int) -> list[int]:
         """The best ``limit`` rows with each kind given half the places when it has a row

@@ -96,6 +96,16 @@ def remembered_intents(row: CapabilityRow) -> tuple[str, ...]:
     return tuple(kept)
 
 
+def _servers(tools_used: list[str]) -> tuple[str, ...]:
+    """The upstream servers among ``server:tool`` addresses (of the first 20)."""
+    servers: list[str] = []
+    for address in tools_used[:20]:
+        server, _, tool = str(address).partition(":")
+        if server and tool:
+            servers.append(server)
+    return tuple(dict.fromkeys(servers))
+
+
 def _parameter_names(schema: object) -> list[str]:
     if not isinstance(schema, dict):
         return []
@@ -118,6 +128,7 @@ def tool_item(tool: UpstreamTool) -> Item:
         kind="tool",
         text_hash=text_hash(embed_text),
         payload=tool,
+        servers=(tool.server,),
     )
     return Item(entry, embed_text, index_text, views or (f"{name} ({tool.server})",))
 
@@ -152,6 +163,7 @@ def capability_item(row: CapabilityRow) -> Item:
         success_count=row.success_count,
         deprecated=row.deprecation is not None,
         recent=Reliability.of(row.recent_outcomes, row.recent_runs, row.recent_latency_ms),
+        servers=_servers(row.tools_used),
     )
     return Item(entry, embed_text, index_text, remembered)
 
