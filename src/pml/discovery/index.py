@@ -236,7 +236,9 @@ class HybridIndex:
         size = len(self._entries)
         if size == 0 or limit <= 0:
             return []
-        semantic = self._vectors[:size] @ query_vector
+        # einsum, not BLAS: OpenBLAS's threads make a 10 000-row product's p95 ~10 ms on a
+        # busy 2-core machine (p50 0.3 ms); einsum's single loop is 0.6-0.7 ms at p50 and p95
+        semantic = np.einsum("ij,j->i", self._vectors[:size], query_vector)
         self._views.raise_to(semantic, query_vector)
         np.maximum(semantic, 0.0, out=semantic)
         lexical = self._lexical.scores(query_terms, size=size)

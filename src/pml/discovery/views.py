@@ -73,7 +73,7 @@ class RowViews:
         live = np.flatnonzero(owners >= 0)
         rows = owners[live]
         inside = rows < semantic.shape[0]
-        cosines = self._vectors[live[inside]] @ query_vector
+        cosines = np.einsum("ij,j->i", self._vectors[live[inside]], query_vector)
         np.maximum.at(semantic, rows[inside], cosines.astype(semantic.dtype))
 
     def _slot(self) -> int:
