@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import pml
+from pml.config import load_settings
 from pml.discovery.embedder import INSTALL_COMMAND, HashingEmbedder, load_embedder
 from pml.discovery.minilm import (
     BUNDLED_TOKENIZER,
@@ -144,3 +145,24 @@ def test_a_fresh_process_picks_the_model_under_auto() -> None:
     model_id, similarity = done.stdout.split()
     assert model_id == MODEL_ID
     assert float(similarity) > 0.5
+
+
+@pytest.mark.parametrize("choice", ["auto", "minilm", "hashing"])
+def test_the_embedder_setting_takes_each_choice_from_file_and_environment(
+    tmp_path: Path, choice: str
+) -> None:
+    config = tmp_path / "pml.toml"
+    config.write_text(f'[discovery]\nembedder = "{choice}"\n')
+    assert load_settings(config, environ={}, cwd=tmp_path).discovery.embedder == choice
+    env = {"PML_DISCOVERY__EMBEDDER": choice}
+    assert load_settings(None, environ=env, cwd=tmp_path).discovery.embedder == choice
+
+
+@pytest.mark.parametrize(
+    "value", ['"bge-small"', '"MINILM"', '""', '"minilm; rm -rf /"', '"mini\\u0000lm"', "3", "[]"]
+)
+def test_an_unknown_embedder_setting_is_a_config_error(tmp_path: Path, value: str) -> None:
+    config = tmp_path / "pml.toml"
+    config.write_text(f"[discovery]\nembedder = {value}\n")
+    with pytest.raises(ConfigError, match="embedder"):
+        load_settings(config, environ={}, cwd=tmp_path)
