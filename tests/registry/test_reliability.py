@@ -136,6 +136,9 @@ async def test_failing_is_marked_after_failures_and_cleared_after_successes(
         (item,) = listed["items"]
         assert (item["failing"], item["recent_runs"]) == (True, 5)
         assert "recent_outcomes" not in item  # the stored bits are not an answer field
+        whois = await tools.call("cap_whois", scope, {"fqdn": fqdn})
+        assert (whois["failing"], whois["recent_success_rate"]) == (True, 0.2)
+        assert "recent_outcomes" not in whois
         # not judged: refused arguments say nothing about it
         for _ in range(5):
             recorder.count(fqdn, success=False, latency_ms=1, judged=False)

@@ -31,8 +31,9 @@ from pml.registry.versions import unified_diff
 Name = Annotated[str, Field(min_length=1, max_length=10_000)]
 # A filter value: no control characters (NUL would reach PostgreSQL, which refuses it).
 Filter = Annotated[str, Field(max_length=1_000, pattern=r"^[^\x00-\x1f\x7f]*$")]
-# the code, and the recent-runs columns as stored (``reliability_fields`` says what they mean)
-SUMMARY_OMITS = frozenset({"code", "recent_outcomes", "recent_runs", "recent_latency_ms"})
+# the stored recent-runs columns: answers show what they mean (``reliability_fields``)
+RECENT_COLUMNS = frozenset({"recent_outcomes", "recent_runs", "recent_latency_ms"})
+SUMMARY_OMITS = frozenset({"code", *RECENT_COLUMNS})  # and the code
 
 
 class _Params(BaseModel):
@@ -214,8 +215,12 @@ class CapTools:
         found = await self._registry.whois(scope, params.fqdn)
         calls = await self._registry.usage_of(scope, found.record.fqdn)
         intents = await self._registry.intents_of(found.record.fqdn)
+        record = {
+            key: value for key, value in found.record.to_dict().items() if key not in RECENT_COLUMNS
+        }
         return {
-            **found.record.to_dict(),
+            **record,
+            **reliability_fields(found.record),
             "aliases": [
                 {"alias": alias.alias, "created_at": alias.created_at.isoformat()}
                 for alias in found.aliases
