@@ -705,3 +705,17 @@ async def test_a_known_codes_new_intent_from_a_client_is_remembered(hub: Hub) ->
         found = await SqlIntentRepository(conn).of([created["capabilityFqdn"]])
     texts = {intent.text for intent in found[created["capabilityFqdn"]]}
     assert texts == {"show me the note", "what does it say", "cat it"}
+
+
+async def test_a_clients_failed_run_of_a_capabilitys_code_counts_against_it(hub: Hub) -> None:
+    created = await _captured(hub)
+    handed = await hub.hand_off(READ_NOTE)
+    failing = [{"tool": "filesystem:read_text_file", "success": False, "error": "gone"}]
+    [result] = await hub.ingest(
+        [trace(handed["workflowId"], success=False, error="ToolError: gone", taskResults=failing)]
+    )
+    assert result["status"] == "failed"
+    await hub.gateway.executor.flush()
+    record = await hub.record(created["capabilityFqdn"])
+    assert (record.usage_count, record.success_count) == (2, 1)
+    assert (record.recent_runs, record.recent_outcomes) == (2, 0b10)  # newest run failed

@@ -151,6 +151,13 @@ class CaptureService:
         """A run of an existing capability (by name, on a client) counts for it."""
         self._recorder.count(fqdn, success=success, latency_ms=latency_ms)
 
+    def count_code_use(
+        self, scope: Scope, code_hash: str, *, success: bool, latency_ms: float
+    ) -> None:
+        """A run of code that is not a capability by name (a client's failed snippet) counts
+        for the capability whose current code it is, if any (found by the batched write)."""
+        self._recorder.count_code(scope, code_hash, success=success, latency_ms=latency_ms)
+
     def remember(self, scope: Scope, fqdn: str, intent: object, source: str) -> None:
         """Queue an intent that led to ``fqdn``: cut and hashed now (about a microsecond);
         scrubbed, compared and written in the recorder's batched write."""

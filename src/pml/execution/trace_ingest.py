@@ -364,6 +364,11 @@ class TraceIngest:
         fqdn = context.capability
         if fqdn is not None:
             self._capture.count_use(fqdn, success=trace.success, latency_ms=trace.durationMs)
+        elif not trace.success:  # a failed snippet: it counts against the code's capability
+            code_hash = report.analysis.code_hash
+            self._capture.count_code_use(
+                report.scope, code_hash, success=False, latency_ms=trace.durationMs
+            )
         rows.append(stored_row(report, fqdn, trace))
         if not trace.success:
             return answer(trace, "failed")
