@@ -18,16 +18,34 @@ against the real filesystem and time reference servers, four ways:
   upstream tool's schema and calls the tools the snippet calls, one by one (the snippet's
   own computing is left to the agent and not counted, which favours this way).
 
-Counted with the cl100k tokenizer of ``benchmarks/context.py``, as compact JSON: the
-``tools/list`` result once per way (for PML: as listed after the first round, with the
-named capabilities in it), and every ``tools/call`` as its request (``{name, arguments}``)
-plus its result as the agent reads it (content, ``structuredContent``, ``isError``: both the
-text and the structured copy are counted, for every way; the protocol's ``_meta`` and
-``resultType`` are for the client and are not). Prints one JSON object
-with the tokens of each way (``session`` = tools/list, ``first`` = first runs, ``repeat`` =
-later runs, ``tokens_by_call``: per kind of call, ``pml_discover``, ``pml_execute``,
-``capability_tool`` or ``upstream_tool``) and ``repeat_savings_vs_resend``: the share of
-tokens the later runs save against re-sending the snippet (goal >= 0.90).
+Counted with the cl100k tokenizer of ``benchmarks/context.py``, in three accountings side by side,
+each applied identically to every way (``session`` = the ``tools/list`` result once per way, as
+compact JSON; for PML as listed after the first round, with the named capabilities in it):
+
+- ``wire`` (the top-level figures of each way): every ``tools/call`` as its request
+  (``{name, arguments}``, compact JSON) plus its whole result as it crosses the wire (content,
+  ``structuredContent``, ``isError``: the text and the structured copy of the same JSON are
+  both counted; the protocol's ``_meta`` and ``resultType`` are for the client and are not);
+- ``model_reads``: what MCP clients give the model: the request it wrote (``{name,
+  arguments}``) and, of each result, the content blocks (a text block as its text, another
+  block as its JSON), ``structuredContent`` only when a result has no content. The MCP
+  specification makes the text copy of a structured result the backwards-compatible form that
+  clients hand to the model; the structured copy is for programs;
+- ``overhead``: ``model_reads`` less each run's own answer, i.e. what a way costs beyond the
+  value the agent needs anyway. The answer is the value the task's snippet returns (taken from
+  the ``direct`` runs, the same whichever way the task is done; only the time tasks' clock
+  moves between ways), counted once per run as compact JSON and subtracted from every way's
+  tokens for that run, never below zero. ``direct`` never reads its answer (the agent computes
+  it, uncounted), which favours it once more.
+
+Prints one JSON object: ``answer_tokens`` (first and later runs), then for each way its
+``wire`` figures (``session`` = tools/list, ``first`` = first runs, ``repeat`` = later runs,
+``tokens_by_call``: per kind of call, ``pml_discover``, ``pml_execute``, ``capability_tool``
+or ``upstream_tool``) with the same figures nested under ``model_reads`` and ``overhead``;
+``repeat_savings_vs_resend`` (the share of tokens the later runs save against re-sending the
+snippet, goal >= 0.90), ``total_savings_vs_resend`` and ``total_savings_vs_direct`` in the
+``wire`` accounting, and each of the three per accounting under ``..._by_accounting``
+(``wire``, ``model_reads``, ``overhead``) for ``pml_tool`` and ``pml_discover``.
 """
 
 from __future__ import annotations
@@ -39,17 +57,16 @@ import tempfile
 import textwrap
 from collections.abc import Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
 from mcp import Client
-from mcp_types import CallToolResult, ListToolsResult, TextContent
+from mcp_types import CallToolResult, TextContent
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from context import encoder, wire
+from context import encoder
 from e2e.support import (  # the helpers that start real servers and PML live with the e2e tests
     Upstream,
     install_npm_deps,
@@ -59,51 +76,7 @@ from e2e.support import (  # the helpers that start real servers and PML live wi
     write_config,
 )
 from paraphrase import ROOT_MARK, load_tasks, write_files
-
-Json = dict[str, Any]
-
-
-@dataclass
-class Tally:
-    """The tokens one way spends: tools/list once, first runs, later runs."""
-
-    count: Callable[[object], int]
-    session: int = 0
-    first: int = 0
-    repeat: int = 0
-    calls: int = 0
-    notes: dict[str, int] = field(default_factory=dict[str, int])
-    by_call: dict[str, int] = field(default_factory=dict[str, int])
-
-    def exchange(self, name: str, arguments: Json, result: CallToolResult, *, repeat: bool) -> None:
-        tokens = self.count({"name": name, "arguments": arguments}) + self.count(read(result))
-        self.calls += 1
-        kind = name if name.startswith("pml_") else "capability_tool"
-        kind = "upstream_tool" if "__" not in name and kind == "capability_tool" else kind
-        self.by_call[kind] = self.by_call.get(kind, 0) + tokens
-        if repeat:
-            self.repeat += tokens
-        else:
-            self.first += tokens
-
-    def summary(self, repeats: int) -> Json:
-        return {
-            "session_tokens": self.session,
-            "first_tokens": self.first,
-            "repeat_tokens": self.repeat,
-            "total_tokens": self.session + self.first + self.repeat,
-            "per_repeat_run": round(self.repeat / repeats, 1) if repeats else 0.0,
-            "tool_calls": self.calls,
-            "tokens_by_call": dict(sorted(self.by_call.items())),
-            **self.notes,
-        }
-
-
-def read(result: CallToolResult | ListToolsResult) -> Json:
-    """What the agent reads of a result: without the protocol's ``_meta`` and ``resultType``
-    (for the client, not the model)."""
-    exclude = {"meta", "result_type"}
-    return result.model_dump(mode="json", by_alias=True, exclude_none=True, exclude=exclude)
+from reuse_tally import Json, Run, Tally, wire
 
 
 def tool_name(display_name: str) -> str:
@@ -118,44 +91,44 @@ def phrasings(task: Json) -> list[str]:
 
 
 async def call(
-    tally: Tally, client: Client, name: str, arguments: Json, *, repeat: bool
+    tally: Tally, client: Client, name: str, arguments: Json, *, run: Run
 ) -> CallToolResult:
     result = await client.call_tool(name, arguments)
-    tally.exchange(name, arguments, result, repeat=repeat)
+    tally.exchange(name, arguments, result, run=run)
     if result.is_error:
         raise RuntimeError(f"{name} failed: {str(result.content)[:600]}")
     return result
 
 
 async def list_tokens(tally: Tally, client: Client) -> None:
-    listed = await client.list_tools()
-    tally.session += tally.count(read(listed))
+    tally.listed(await client.list_tools())
 
 
 async def through_pml(
     client: Client, tasks: list[Json], codes: list[str], repeats: int, tally: Tally, *, ask: bool
 ) -> None:
     """Learn each task once (discover, then execute with a name), then reuse it."""
-    for task, code in zip(tasks, codes, strict=True):
+    for index, (task, code) in enumerate(zip(tasks, codes, strict=True)):
         intent = task["intents"][0]
-        await call(tally, client, "pml_discover", {"intent": intent}, repeat=False)
+        await call(tally, client, "pml_discover", {"intent": intent}, run=(0, index))
         execute = {"intent": intent, "code": code, "name": task["name"]}
-        await call(tally, client, "pml_execute", execute, repeat=False)
+        await call(tally, client, "pml_execute", execute, run=(0, index))
     await list_tokens(tally, client)  # what every later session reads: the named ones listed
     missed = 0
     for round_index in range(1, repeats):
-        for task, code in zip(tasks, codes, strict=True):
+        for index, (task, code) in enumerate(zip(tasks, codes, strict=True)):
             intent = phrasings(task)[round_index % len(phrasings(task))]
             name = tool_name(task["name"])
+            run = (round_index, index)
             if ask:
-                found = await call(tally, client, "pml_discover", {"intent": intent}, repeat=True)
+                found = await call(tally, client, "pml_discover", {"intent": intent}, run=run)
                 named = [r.get("toolName") for r in result_json(found).get("results", [])]
                 if name not in named:
                     missed += 1
                     resend = {"intent": intent, "code": code}
-                    await call(tally, client, "pml_execute", resend, repeat=True)
+                    await call(tally, client, "pml_execute", resend, run=run)
                     continue
-            await call(tally, client, name, {}, repeat=True)
+            await call(tally, client, name, {}, run=run)
     if ask:
         tally.notes["discover_misses"] = missed
 
@@ -165,10 +138,10 @@ async def resending(
 ) -> None:
     await list_tokens(tally, client)
     for round_index in range(repeats):
-        for task, code in zip(tasks, codes, strict=True):
+        for index, (task, code) in enumerate(zip(tasks, codes, strict=True)):
             intent = phrasings(task)[round_index % len(phrasings(task))]
             arguments = {"intent": intent, "code": code}
-            await call(tally, client, "pml_execute", arguments, repeat=round_index > 0)
+            await call(tally, client, "pml_execute", arguments, run=(round_index, index))
 
 
 class DirectTools:
@@ -179,13 +152,13 @@ class DirectTools:
     def __init__(self, clients: dict[str, Client], tally: Tally) -> None:
         self.clients = clients
         self.tally = tally
-        self.repeat = False
+        self.run: Run = (0, 0)
 
     def __getattr__(self, server: str) -> Any:
         return _Server(self, server)
 
     async def invoke(self, server: str, tool: str, arguments: Json) -> Any:
-        result = await call(self.tally, self.clients[server], tool, arguments, repeat=self.repeat)
+        result = await call(self.tally, self.clients[server], tool, arguments, run=self.run)
         if result.structured_content is not None:
             return result.structured_content
         texts = [block.text for block in result.content if isinstance(block, TextContent)]
@@ -215,7 +188,11 @@ async def run_snippet(code: str, tools: DirectTools) -> Any:
     return await namespace["_task"](tools, {})
 
 
-async def directly(servers: list[Upstream], codes: list[str], repeats: int, tally: Tally) -> None:
+async def directly(
+    servers: list[Upstream], codes: list[str], repeats: int, tally: Tally
+) -> dict[Run, object]:
+    """Every run done by the agent with the upstream clients; returns each run's answer."""
+    answers: dict[Run, object] = {}
     async with AsyncExitStack() as stack:
         clients = {
             server.name: await stack.enter_async_context(Client(server.params()))
@@ -225,9 +202,10 @@ async def directly(servers: list[Upstream], codes: list[str], repeats: int, tall
             await list_tokens(tally, client)
         tools = DirectTools(clients, tally)
         for round_index in range(repeats):
-            tools.repeat = round_index > 0
-            for code in codes:
-                await run_snippet(code, tools)
+            for index, code in enumerate(codes):
+                tools.run = (round_index, index)
+                answers[tools.run] = await run_snippet(code, tools)
+    return answers
 
 
 def spread(tasks: list[Json], distinct: int) -> list[Json]:
@@ -240,11 +218,11 @@ async def run(options: argparse.Namespace) -> Json:
     tasks = spread(every_task, min(options.distinct, len(every_task)))
     encoding = encoder()
 
-    def count(data: object) -> int:
-        return len(encoding.encode(wire(data)))
+    def tokens(text: str) -> int:
+        return len(encoding.encode(text))
 
     deps = install_npm_deps()
-    tallies = {way: Tally(count) for way in ("pml_tool", "pml_discover", "resend", "direct")}
+    tallies = {way: Tally(tokens) for way in ("pml_tool", "pml_discover", "resend", "direct")}
     with tempfile.TemporaryDirectory(prefix="pml-reuse-") as tmp:
         workdir = Path(tmp)
         servers = reference_servers(deps, workdir)
@@ -269,31 +247,42 @@ async def run(options: argparse.Namespace) -> Json:
                     await through_pml(
                         gateway.client, tasks, codes, options.repeats, tallies[way], ask=ask
                     )
-        await directly(upstream, codes, options.repeats, tallies["direct"])
+        answers = await directly(upstream, codes, options.repeats, tallies["direct"])
+    answer_tokens = {run: tokens(wire(answer)) for run, answer in answers.items()}
     later_runs = len(tasks) * (options.repeats - 1)
-    report = {way: tally.summary(later_runs) for way, tally in tallies.items()}
-    resend = tallies["resend"]
-
-    def saving(mine: int, theirs: int) -> float:
-        return round(1 - mine / theirs, 4) if theirs else 0.0
-
+    report = {way: tally.summary(later_runs, answer_tokens) for way, tally in tallies.items()}
+    repeated = sum(count for (round_index, _), count in answer_tokens.items() if round_index)
     return {
         "tasks": len(tasks),
         "repeats": options.repeats,
         "runs": len(tasks) * options.repeats,
         "tokenizer": "cl100k_base",
+        "answer_tokens": {"first": sum(answer_tokens.values()) - repeated, "repeat": repeated},
         **report,
-        "repeat_savings_vs_resend": {
-            way: saving(tallies[way].repeat, resend.repeat) for way in ("pml_tool", "pml_discover")
-        },
-        "total_savings_vs_resend": {
-            way: saving(report[way]["total_tokens"], report["resend"]["total_tokens"])
+        "repeat_savings_vs_resend": savings(report, "repeat_tokens", "resend")["wire"],
+        "total_savings_vs_resend": savings(report, "total_tokens", "resend")["wire"],
+        "total_savings_vs_direct": savings(report, "total_tokens", "direct")["wire"],
+        "repeat_savings_vs_resend_by_accounting": savings(report, "repeat_tokens", "resend"),
+        "total_savings_vs_resend_by_accounting": savings(report, "total_tokens", "resend"),
+        "total_savings_vs_direct_by_accounting": savings(report, "total_tokens", "direct"),
+    }
+
+
+def savings(report: dict[str, Json], figure: str, against: str) -> dict[str, dict[str, float]]:
+    """``1 - mine / theirs`` of one figure, per accounting, for the two ways through PML."""
+
+    def value(way: str, accounting: str) -> int:
+        figures = report[way] if accounting == "wire" else report[way][accounting]
+        return figures[figure]
+
+    return {
+        accounting: {
+            way: round(1 - value(way, accounting) / value(against, accounting), 4)
+            if value(against, accounting)
+            else 0.0
             for way in ("pml_tool", "pml_discover")
-        },
-        "total_savings_vs_direct": {
-            way: saving(report[way]["total_tokens"], report["direct"]["total_tokens"])
-            for way in ("pml_tool", "pml_discover")
-        },
+        }
+        for accounting in ("wire", "model_reads", "overhead")
     }
 
 

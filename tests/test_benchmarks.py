@@ -133,3 +133,20 @@ def test_the_reuse_benchmark_counts_fewer_tokens_for_a_capability_called_by_name
     # calling the learned tool by name costs less than sending its code again
     assert ways["pml_tool"]["repeat_tokens"] < ways["resend"]["repeat_tokens"]
     assert 0 < part(printed, "repeat_savings_vs_resend")["pml_tool"] < 1
+    # the model reads one copy of each result, and the overhead leaves out each run's answer
+    answers = part(printed, "answer_tokens")
+    assert answers["first"] > 0
+    assert answers["repeat"] > 0
+    for figures in ways.values():
+        reads, overhead = figures["model_reads"], figures["overhead"]
+        assert reads["session_tokens"] == overhead["session_tokens"] == figures["session_tokens"]
+        assert 0 < reads["repeat_tokens"] < figures["repeat_tokens"]
+        assert 0 <= overhead["repeat_tokens"] < reads["repeat_tokens"]
+        assert reads["repeat_tokens"] - overhead["repeat_tokens"] <= answers["repeat"]
+    by_accounting = part(printed, "repeat_savings_vs_resend_by_accounting")
+    assert set(by_accounting) == {"wire", "model_reads", "overhead"}
+    assert by_accounting["wire"] == part(printed, "repeat_savings_vs_resend")
+    for accounting in ("model_reads", "overhead"):
+        assert 0 < by_accounting[accounting]["pml_tool"] < 1
+    for total in ("total_savings_vs_resend", "total_savings_vs_direct"):
+        assert part(printed, f"{total}_by_accounting")["wire"] == part(printed, total)
