@@ -25,7 +25,7 @@ from pml.registry.reliability import (
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityDraft, CapabilityRegistry, RenameChanges
 from pml.registry.tools import CapTools
-from pml.storage.capability_usage import add_usage, failing_in_project
+from pml.storage.capability_usage import RunCounts, add_usage, failing_in_project
 from pml.storage.database import Database
 from pml.storage.tables import capability_records as records
 from pml.storage.types import utc_now
@@ -193,8 +193,8 @@ async def test_hostile_values_never_reach_the_database_as_garbage(
             (10**30, 10**30, -1.0),
             (2, 1, float("-inf")),
         ):
-            await add_usage(conn, fqdn, runs=runs, successes=successes, latency_ms=latency,
-                            at=utc_now())  # fmt: skip
+            counts = RunCounts(runs=runs, successes=successes, latency_ms=latency, at=utc_now())
+            await add_usage(conn, fqdn, counts)
     async with UsageRecorder(db, delay_s=60) as recorder:
         recorder.count(fqdn, success=False, latency_ms=float("nan"))
         recorder.count(fqdn, success=True, latency_ms=float("inf"))

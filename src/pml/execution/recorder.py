@@ -38,7 +38,7 @@ from pml.errors import PmlError
 from pml.registry.intents import MeaningCheck
 from pml.registry.reliability import WINDOW, clean_latency
 from pml.registry.scope import Scope
-from pml.storage.capability_usage import add_code_usage, add_usage
+from pml.storage.capability_usage import RunCounts, add_code_usage, add_usage
 from pml.storage.database import Database
 from pml.storage.intent_repo import IntentSighting, SqlIntentRepository
 from pml.storage.trace_repo import SqlTraceRepository, TraceRow
@@ -86,8 +86,16 @@ class _Usage:
         self.outcomes[:0] = older.outcomes
         del self.outcomes[:-WINDOW]
 
-    def recent_latency_ms(self) -> float | None:
-        return self.judged_latency_ms / self.judged if self.judged else None
+    def counts(self) -> RunCounts:
+        """What one usage update writes of these runs."""
+        return RunCounts(
+            runs=self.runs,
+            successes=self.successes,
+            latency_ms=self.latency_ms,
+            at=self.last_used_at or utc_now(),
+            outcomes=self.outcomes,
+            recent_latency_ms=self.judged_latency_ms / self.judged if self.judged else None,
+        )
 
 
 CodeKey = tuple[str, str, str]  # org, project, code hash
@@ -225,29 +233,9 @@ class UsageRecorder:
             try:
                 async with self._db.transaction() as conn:
                     for fqdn, item in usage.items():
-                        await add_usage(
-                            conn,
-                            fqdn,
-                            runs=item.runs,
-                            successes=item.successes,
-                            latency_ms=item.latency_ms,
-                            at=item.last_used_at or utc_now(),
-                            outcomes=item.outcomes,
-                            recent_latency_ms=item.recent_latency_ms(),
-                        )
+                        await add_usage(conn, fqdn, item.counts())
                     for (org, project, code_hash), item in by_code.items():
-                        await add_code_usage(
-                            conn,
-                            org,
-                            project,
-                            code_hash,
-                            runs=item.runs,
-                            successes=item.successes,
-                            latency_ms=item.latency_ms,
-                            at=item.last_used_at or utc_now(),
-                            outcomes=item.outcomes,
-                            recent_latency_ms=item.recent_latency_ms(),
-                        )
+                        await add_code_usage(conn, org, project, code_hash, item.counts())
                     await SqlTraceRepository(conn).insert_many(traces)
                     await SqlToolUsageRepository(conn).insert_many(calls)
                     if sightings:

@@ -30,7 +30,7 @@ from pml.storage.capability_queries import (
     record_of,
     visible_to,
 )
-from pml.storage.capability_usage import add_usage
+from pml.storage.capability_usage import RunCounts, add_usage
 from pml.storage.capability_writes import single_statements
 from pml.storage.database import Database
 from pml.storage.tables import (
@@ -322,15 +322,9 @@ class SqlCapabilityRepository:
         self, fqdn: str, *, success: bool, latency_ms: float, at: datetime
     ) -> None:
         """Count one run: usage, success and latency are incremented in the database."""
-        await add_usage(
-            self.conn,
-            fqdn,
-            runs=1,
-            successes=int(success),
-            latency_ms=latency_ms,
-            at=at,
-            outcomes=(success,),
-        )
+        counts = RunCounts(runs=1, successes=int(success), latency_ms=latency_ms, at=at,
+                           outcomes=(success,))  # fmt: skip
+        await add_usage(self.conn, fqdn, counts)
 
     async def list_visible(self, scope: Scope, query: ListQuery) -> Page:
         """One page of the records ``scope`` may see, filtered and ordered."""

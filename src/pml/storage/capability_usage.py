@@ -1,9 +1,9 @@
 """Counting runs of a capability: totals and the recent-runs signal, in one UPDATE; and
 which capabilities keep failing (``failing_in_project``, SQL over the same columns).
 
-    await add_usage(conn, fqdn, runs=3, successes=2, latency_ms=9.0, at=now,
-                    outcomes=(True, False, True))
-    await add_code_usage(conn, "acme", "web", code_hash, runs=1, successes=0, ...)
+    await add_usage(conn, fqdn, RunCounts(runs=3, successes=2, latency_ms=9.0, at=now,
+                                          outcomes=(True, False, True)))
+    await add_code_usage(conn, "acme", "web", code_hash, RunCounts(runs=1, successes=0, ...))
 
 Increments only, never a read-modify-write, so concurrent writers (batches of several
 replicas) never lose a run: every SET expression reads the row as it was before this
@@ -21,6 +21,7 @@ per run, so a hostile or broken caller cannot store a NaN, a negative count or a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
@@ -53,20 +54,26 @@ def _count(value: object) -> int:
     return min(max(number, 0), MAX_RUNS)
 
 
-def usage_values(
-    *,
-    runs: int,
-    successes: int,
-    latency_ms: float,
-    at: datetime,
-    outcomes: Sequence[bool] | None = None,
-    recent_latency_ms: float | None = None,
-) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class RunCounts:
+    """Runs of one capability to count at once (see module for ``outcomes`` and
+    ``recent_latency_ms``)."""
+
+    runs: int
+    successes: int
+    latency_ms: float  # their total
+    at: datetime  # the last one
+    outcomes: Sequence[bool] | None = None
+    recent_latency_ms: float | None = None
+
+
+def usage_values(counts: RunCounts) -> dict[str, Any]:
     """The SET clause of a usage update (see module)."""
     r = records.c
-    runs = _count(runs)
-    successes = min(_count(successes), runs)
-    total_ms = min(clean_latency(latency_ms), MAX_LATENCY_MS * max(runs, 1))
+    runs = _count(counts.runs)
+    successes = min(_count(counts.successes), runs)
+    total_ms = min(clean_latency(counts.latency_ms), MAX_LATENCY_MS * max(runs, 1))
+    outcomes, recent_latency_ms = counts.outcomes, counts.recent_latency_ms
     if outcomes is None:
         outcomes = [False] * min(runs - successes, WINDOW) + [True] * min(successes, WINDOW)
         mean = total_ms / runs if runs else 0.0
@@ -77,7 +84,7 @@ def usage_values(
         "usage_count": r.usage_count + runs,
         "success_count": r.success_count + successes,
         "total_latency_ms": r.total_latency_ms + total_ms,
-        "last_used_at": at,
+        "last_used_at": counts.at,
     }
     if count:
         keep = (1 - LATENCY_WEIGHT) ** count
@@ -94,54 +101,20 @@ def usage_values(
     return values
 
 
-async def add_usage(
-    conn: AsyncConnection,
-    fqdn: str,
-    *,
-    runs: int,
-    successes: int,
-    latency_ms: float,
-    at: datetime,
-    outcomes: Sequence[bool] | None = None,
-    recent_latency_ms: float | None = None,
-) -> None:
-    """Count ``runs`` runs of ``fqdn`` (see module)."""
-    values = usage_values(
-        runs=runs,
-        successes=successes,
-        latency_ms=latency_ms,
-        at=at,
-        outcomes=outcomes,
-        recent_latency_ms=recent_latency_ms,
-    )
+async def add_usage(conn: AsyncConnection, fqdn: str, counts: RunCounts) -> None:
+    """Count runs of ``fqdn`` (see module)."""
+    values = usage_values(counts)
     await conn.execute(records.update().where(records.c.fqdn == fqdn).values(values))
 
 
 async def add_code_usage(
-    conn: AsyncConnection,
-    org: str,
-    project: str,
-    code_hash: str,
-    *,
-    runs: int,
-    successes: int,
-    latency_ms: float,
-    at: datetime,
-    outcomes: Sequence[bool] | None = None,
-    recent_latency_ms: float | None = None,
+    conn: AsyncConnection, org: str, project: str, code_hash: str, counts: RunCounts
 ) -> None:
     """Count runs of the active capability of ``org``/``project`` whose current code has
     ``code_hash`` (a snippet run in direct mode; none: nothing is counted). No read: the
     unique index on the active code hashes finds the row."""
     r = records.c
-    values = usage_values(
-        runs=runs,
-        successes=successes,
-        latency_ms=latency_ms,
-        at=at,
-        outcomes=outcomes,
-        recent_latency_ms=recent_latency_ms,
-    )
+    values = usage_values(counts)
     await conn.execute(
         records.update()
         .where(ACTIVE, r.org == org, r.project == project, r.code_hash == code_hash)
