@@ -40,7 +40,8 @@ HOLDOUT_V2_SET = Path(__file__).resolve().parent / "data" / "discovery_holdout_v
 HOLDOUT_SETS = (HOLDOUT_SET, HOLDOUT_V2_SET)
 RANKS = 5  # what an agent gets by default; MRR is MRR@5
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
+# Last on the path: benchmarks/ holds modules (sandbox.py, agent.py) named like test packages.
+sys.path.append(str(ROOT / "benchmarks"))
 from data.synthetic_capabilities import generate  # noqa: E402
 
 __all__ = ["generate"]
