@@ -15,12 +15,15 @@ Used by ``benchmarks/discovery.py`` (the development set, and the held-out sets 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import mcp_types
@@ -40,9 +43,26 @@ HOLDOUT_V2_SET = Path(__file__).resolve().parent / "data" / "discovery_holdout_v
 HOLDOUT_SETS = (HOLDOUT_SET, HOLDOUT_V2_SET)
 RANKS = 5  # what an agent gets by default; MRR is MRR@5
 
-# Last on the path: benchmarks/ holds modules (sandbox.py, agent.py) named like test packages.
-sys.path.append(str(ROOT / "benchmarks"))
-from data.synthetic_capabilities import generate  # noqa: E402
+
+def _load_synthetic() -> ModuleType:
+    """``benchmarks/data/synthetic_capabilities.py``, loaded from its file: ``benchmarks/``
+    is never put on the import path (its sandbox.py and agent.py would hide the test
+    packages of those names)."""
+    name = "pml_benchmark_synthetic_capabilities"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(
+        name, BENCHMARK_DATA / "synthetic_capabilities.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up while being made
+    spec.loader.exec_module(module)
+    return module
+
+
+generate: Callable[..., list[dict[str, Any]]] = _load_synthetic().generate
 
 __all__ = ["generate"]
 
