@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Final, cast
 
 from pml.discovery.index import Entry, Hit
+from pml.discovery.lean import lean_schema, short_description
 from pml.discovery.text import words
 from pml.discovery.views import MAX_VIEWS
 from pml.registry.reliability import Reliability
@@ -34,6 +35,7 @@ from pml.upstream.base import UpstreamTool
 
 EMBED_DESCRIPTION_CHARS: Final = 500
 INDEX_DESCRIPTION_CHARS: Final = 4000
+SCORE_DECIMALS: Final = 3
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
 
 
@@ -186,37 +188,40 @@ def below_replacements(hits: list[Hit]) -> list[Hit]:
 
 
 def render(hit: Hit, *, routing: str) -> dict[str, Any]:
-    """One ``pml_discover`` result: everything needed to call it (SPEC §7)."""
+    """One ``pml_discover`` result: everything needed to call it (SPEC §7), lean — the
+    description's first sentences, the schema without ``$schema`` and the like, the score
+    to 3 decimals, a capability's success rate once it ran and its recent runs when there
+    are some (``pml.discovery.lean``)."""
     payload = hit.entry.payload
+    score = round(hit.score, SCORE_DECIMALS)
     if isinstance(payload, UpstreamTool):
         return {
             "kind": "tool",
             "name": payload.address,
             "callName": call_name(payload.server, payload.name),
-            "description": payload.definition.description or "",
-            "inputSchema": dict(payload.definition.input_schema),
-            "score": hit.score,
+            "description": short_description(payload.definition.description or ""),
+            "inputSchema": lean_schema(payload.definition.input_schema),
+            "score": score,
             "routing": routing,
         }
     row = cast("CapabilityRow", payload)
+    usage = hit.entry.usage_count
     result: dict[str, Any] = {
         "kind": "capability",
         "name": row.display_name,
         # unnamed capabilities are not tools: snippets reach them by FQDN
         "callName": call_name(row.namespace, row.action) if row.named else f'mcp["{row.fqdn}"]',
         "fqdn": row.fqdn,
-        "description": row.description or row.intent or "",
-        "inputSchema": row.parameters_schema,
-        "score": hit.score,
+        "description": short_description((row.description or "").strip() or row.intent or ""),
+        "inputSchema": lean_schema(row.parameters_schema),
+        "score": score,
         "routing": row.routing,
-        "usage_count": hit.entry.usage_count,
-        "success_rate": round(hit.entry.success_count / hit.entry.usage_count, 4)
-        if hit.entry.usage_count
-        else 0.0,
-        **hit.entry.recent.fields(),
+        "usage_count": usage,
     }
+    if usage:
+        result["success_rate"] = round(hit.entry.success_count / usage, 4)
+    if hit.entry.recent.runs:
+        result |= hit.entry.recent.fields()
     if row.named:
         result["toolName"] = row.tool_name
-    if row.intent:
-        result["intent"] = row.intent
     return result | (row.deprecation or {})
