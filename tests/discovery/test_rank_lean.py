@@ -299,3 +299,18 @@ def test_an_unnamed_capability_is_called_by_its_fqdn_and_never_lists_a_tool_name
     result = first_result(capability_item(row).entry)
     assert result["callName"] == 'mcp["acme.web.logs.count_errors.ab12"]'
     assert "toolName" not in result
+
+
+# -- what a capability is searched by ------------------------------------------------------
+
+
+def test_remembered_intents_stay_searchable_beside_a_huge_description_and_intent() -> None:
+    row = capability_row(
+        intent="count the error lines " * 5_000,
+        description="Counts errors. " * 10_000,  # ~150 KB
+        intents=("how many failures are in the app log", "tally the crash reports"),
+    )
+    item = capability_item(row)
+    assert "how many failures are in the app log" in item.index_text
+    assert "tally the crash reports" in item.index_text
+    assert len(item.index_text) <= 8_000

@@ -149,9 +149,10 @@ def capability_item(row: CapabilityRow) -> Item:
         embed_parts.append(name)
     embed_text = ". ".join(part for part in embed_parts if part)
     remembered = remembered_intents(row)
-    index_text = " ".join((intent, name, description, tools, *remembered))[
-        : INDEX_DESCRIPTION_CHARS * 2
-    ]
+    # remembered intents before the (unbounded) description: a long one never pushes them out
+    index_text = " ".join(
+        (intent[:INDEX_DESCRIPTION_CHARS], name, *remembered, description, tools)
+    )[: INDEX_DESCRIPTION_CHARS * 2]
     entry = Entry(
         key=capability_key(row.fqdn),
         kind="capability",
