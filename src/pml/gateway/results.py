@@ -16,13 +16,16 @@ import mcp_types
 from pml.errors import PmlError
 
 CAPABILITY_META: Final = "pml/capability"
+# The text copy of an answer is compact JSON: the model reads it, and spaces after ',' and
+# ':' cost it about a fifth more tokens.
+COMPACT: Final[dict[str, Any]] = {"ensure_ascii": False, "separators": (",", ":")}
 
 
 def capability_result(answer: Mapping[str, Any]) -> mcp_types.CallToolResult:
     """A capability run as a tool result: its value, with PML's details in ``_meta``."""
     value = answer.get("result")
     structured: dict[str, Any] = value if isinstance(value, dict) else {"result": value}  # pyright: ignore[reportUnknownVariableType]
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    text = value if isinstance(value, str) else json.dumps(value, **COMPACT, default=str)
     details = {
         key: answer[key]
         for key in ("capabilityFqdn", "capabilityName", "logs", "executionTimeMs", "routing")
@@ -45,9 +48,9 @@ def capability_result(answer: Mapping[str, Any]) -> mcp_types.CallToolResult:
 def json_result(data: dict[str, Any], *, is_error: bool = False) -> mcp_types.CallToolResult:
     """``data`` as ``structuredContent`` and as the same JSON in one text block."""
     try:
-        text = json.dumps(data, ensure_ascii=False)
+        text = json.dumps(data, **COMPACT)
     except (TypeError, ValueError):  # a value JSON cannot hold: show it as text, both ways
-        text = json.dumps(data, ensure_ascii=False, default=str)
+        text = json.dumps(data, **COMPACT, default=str)
         data = json.loads(text)
     return mcp_types.CallToolResult(
         content=[mcp_types.TextContent(type="text", text=text)],
