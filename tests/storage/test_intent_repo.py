@@ -17,8 +17,7 @@ from pml.registry.scope import Scope
 from pml.registry.service import CapabilityDraft, CapabilityRegistry
 from pml.storage.database import Database
 from pml.storage.discovery_repo import SqlDiscoveryRepository
-from pml.storage.intent_repo import SqlIntentRepository, remember_now
-from pml.storage.tables import capability_intents
+from pml.storage.intent_repo import SqlIntentRepository, capability_intents, remember_now
 from pml.wiring import EmbeddedMeaning
 
 pytestmark = pytest.mark.anyio

@@ -14,6 +14,7 @@ from pml.registry.names import tool_name_for
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityRegistry
 from pml.storage.database import Database, head_revision
+from pml.storage.intent_repo import capability_intents
 from pml.storage.memory_repo import memories
 from pml.storage.session_repo import McpSessionStore, SessionRecord, mcp_sessions
 from pml.storage.tables import capability_records, metadata
@@ -40,7 +41,8 @@ async def test_a_blank_database_is_migrated_to_head_on_open(blank_url: str) -> N
         async with db.read() as conn:
             differences = await conn.run_sync(_differences)
         assert differences == []
-        assert memories.name in metadata.tables  # compared above with the migrated schema
+        # compared above with the migrated schema
+        assert {memories.name, capability_intents.name} <= set(metadata.tables)
     finally:
         await db.close()
 

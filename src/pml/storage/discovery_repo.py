@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pml.registry.intents import MAX_KEPT
-from pml.storage.tables import capability_intents as intents
+from pml.storage.intent_repo import capability_intents as intents
 from pml.storage.tables import capability_records as records
 from pml.storage.tables import discovery_vectors as vectors
 

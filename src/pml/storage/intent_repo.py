@@ -43,12 +43,40 @@ from pml.registry.intents import (
     sighted,
     to_drop,
 )
-from pml.storage.tables import capability_intents as intents
 from pml.storage.tables import capability_records as records
+from pml.storage.tables import metadata
+from pml.storage.types import UtcDateTime
 
-__all__ = ["IntentRecord", "IntentSighting", "SqlIntentRepository", "remember_now"]
+__all__ = [
+    "IntentRecord",
+    "IntentSighting",
+    "SqlIntentRepository",
+    "capability_intents",
+    "remember_now",
+]
 
 logger = logging.getLogger(__name__)
+
+# The distinct intents a capability was asked for with (bounded per capability).
+capability_intents = sa.Table(
+    "capability_intents",
+    metadata,
+    sa.Column(
+        "fqdn",
+        sa.String(400),
+        sa.ForeignKey("capability_records.fqdn", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("text_hash", sa.String(64), primary_key=True),  # of the normalised text
+    sa.Column("text", sa.Text(), nullable=False),
+    sa.Column("source", sa.String(16), nullable=False),
+    sa.Column("created_by", sa.String(128), nullable=False),
+    sa.Column("first_seen_at", UtcDateTime(), nullable=False),
+    sa.Column("last_seen_at", UtcDateTime(), nullable=False),
+    sa.Column("uses", sa.Integer(), nullable=False, server_default="1"),
+    sa.Index(None, "last_seen_at"),
+)
+intents = capability_intents
 
 BATCH: Final = 500
 WRITE_CHUNK: Final = 500  # rows of 8 values per statement (PostgreSQL: < 32 767 parameters)

@@ -3,8 +3,8 @@
 Migrations under ``storage/migrations`` create exactly these tables; a test compares the
 migrated database with this metadata, so the two cannot drift apart.
 
-    capability_records (+ _aliases, _versions, _version_tags, _tags, _intents)   the
-        registry: one row per capability or MCP server (FQDN key); history is append-only
+    capability_records (+ _aliases, _versions, _version_tags, _tags)   the registry: one
+        row per capability or MCP server (FQDN key); history is append-only (triggers)
     tool_schema, tool_usage, tool_usage_daily   the upstream catalog and every tool call
     execution_traces, workflow_state   snippet runs; short-lived state (handoffs, approvals)
     audit_events, permission_grants, api_keys, dashboard_sessions   who may do what, and did
@@ -100,26 +100,6 @@ capability_records = sa.Table(
     sa.Index(None, "created_by"),
     sa.Index(None, "visibility"),
     sa.Index(None, "updated_at"),
-)
-
-# The distinct intents a capability was asked for with (bounded per capability).
-capability_intents = sa.Table(
-    "capability_intents",
-    metadata,
-    sa.Column(
-        "fqdn",
-        sa.String(400),
-        sa.ForeignKey("capability_records.fqdn", ondelete="CASCADE"),
-        primary_key=True,
-    ),
-    sa.Column("text_hash", sa.String(64), primary_key=True),  # of the normalised text
-    sa.Column("text", sa.Text(), nullable=False),
-    sa.Column("source", sa.String(16), nullable=False),
-    sa.Column("created_by", sa.String(128), nullable=False),
-    sa.Column("first_seen_at", UtcDateTime(), nullable=False),
-    sa.Column("last_seen_at", UtcDateTime(), nullable=False),
-    sa.Column("uses", sa.Integer(), nullable=False, server_default="1"),
-    sa.Index(None, "last_seen_at"),
 )
 
 capability_aliases = sa.Table(
@@ -226,13 +206,11 @@ tool_usage = sa.Table(
     sa.Index(None, "org", "project", "server_id", "tool_name"),
 )
 
-# Upper bounds (ms) of the latency buckets each day's row counts calls in; the last bucket,
-# ``lat_over``, holds the slower ones. A percentile is read as "at most <bound> ms".
+# Upper bounds (ms) of the daily latency buckets (``lat_over``: slower); "at most <bound> ms"
 LATENCY_BOUNDS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 LATENCY_BUCKETS = (*(f"lat_le_{bound}" for bound in LATENCY_BOUNDS_MS), "lat_over")
 
-# ``tool_usage`` rolled up per UTC day and tool, kept in step by every insert: the
-# dashboard's charts read a few hundred of these rows instead of every call.
+# ``tool_usage`` per UTC day and tool, kept in step by every insert (the dashboard's charts)
 tool_usage_daily = sa.Table(
     "tool_usage_daily",
     metadata,
@@ -350,8 +328,7 @@ api_keys = sa.Table(
     sa.Column("created_at", UtcDateTime(), nullable=False),
     sa.Column("revoked_at", UtcDateTime(), nullable=True),
     sa.Column("last_used_at", UtcDateTime(), nullable=True),
-    # "agent" (the MCP surface, its own audit events) or "admin" (also approvals, every
-    # user's audit events of its org/project, the dashboard).
+    # "agent" (MCP, its own audit events) or "admin" (+ approvals, the org's audit, dashboard)
     sa.Column("role", sa.String(16), nullable=False, server_default="agent"),
     sa.Index(None, "org", "project"),
 )
@@ -373,10 +350,9 @@ upstream_servers = sa.Table(
 discovery_vectors = sa.Table(
     "discovery_vectors",
     metadata,
-    # "tool:<server>:<tool>" or "capability:<fqdn>"
+    # "tool:<server>:<tool>", "capability:<fqdn>", or "text:<hash>" (an extra text's vector)
     sa.Column("item_key", sa.String(600), primary_key=True),
-    # the embedder that made the vector (a changed model re-embeds)
-    sa.Column("model", sa.String(128), nullable=False),
+    sa.Column("model", sa.String(128), nullable=False),  # the embedder (changed: re-embed)
     # SHA-256 of the embedded text (a changed text re-embeds)
     sa.Column("text_hash", sa.String(64), nullable=False),
     sa.Column("vector", sa.LargeBinary(), nullable=False),
