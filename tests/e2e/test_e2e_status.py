@@ -97,7 +97,12 @@ async def test_status_shows_a_stdio_gateways_live_states_then_says_it_stopped(
         upstream=SLOW_START,
     )
     async with pml_stdio(config, tmp_path / "gateway.log") as gateway:
-        live = await status_when(config, lambda r: states(r).get("clock") == "running")
+        # the gateway's answer, not the states it stored (those can say "running" first,
+        # while a loaded gateway is still embedding its tools and answers late)
+        live = await status_when(
+            config,
+            lambda r: r["servers_source"] == "live" and states(r).get("clock") == "running",
+        )
         text = await anyio.to_thread.run_sync(pml_status, config)
 
         assert live["servers_source"] == "live"
