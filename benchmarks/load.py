@@ -1,7 +1,7 @@
 """A busy team on one shared PML: many HTTP sessions running ``pml_execute`` at once.
 
     python benchmarks/load.py [--sessions 50] [--calls 100] [--users 10] [--known 20]
-                              [--new-every 5] [--profile /tmp/pml-load.prof]
+                              [--new-every 5] [--think-ms 0] [--profile /tmp/pml-load.prof]
 
 A real ``pml serve --http`` on a throwaway PostgreSQL database (``PML_TEST_POSTGRES_URL``,
 default the local server), and ``--sessions`` real MCP SDK clients over HTTP calling at
@@ -18,7 +18,11 @@ Prints one JSON line: per round, errors and p50/p95/p99/max in milliseconds for 
 for new-capability calls, calls per second and the gateway's own CPU per call (what the
 machine's other load does not change); RSS after each round, and ``rss_growth_mb`` (second
 round minus first). The clients run on the same machine: on 2 cores they take a large
-share of it. ``--profile PATH``: the server runs under cProfile (written at exit).
+share of it, so the CPU each call cost the clients (this process) and PostgreSQL (every
+``postgres`` process, when readable) is printed beside the gateway's. Sessions are
+closed-loop (a call is sent when the last one returned), so latency is about
+sessions ÷ throughput; ``--think-ms`` makes each session wait between calls as an agent
+reading its answer would. ``--profile PATH``: the server runs under cProfile (written at exit).
 """
 
 from __future__ import annotations
@@ -59,9 +63,13 @@ class Round:
     reuse_ms: list[float] = field(default_factory=list[float])
     new_ms: list[float] = field(default_factory=list[float])
     errors: list[str] = field(default_factory=list[str])
+    wait_ms: list[float] = field(default_factory=list[float])  # waiting for a sandbox worker
     not_created: int = 0  # "new" calls that did not create a capability
     seconds: float = 0.0
     cpu_ms_per_call: float = 0.0  # the gateway process's own CPU (user + system)
+    client_cpu_ms_per_call: float = 0.0  # this process's CPU: the SDK clients
+    postgres_cpu_ms_per_call: float | None = None  # every postgres process's, if readable
+    workers_cpu_ms_per_call: float = 0.0  # the gateway's children: its sandbox workers
 
     def figures(self) -> dict[str, Any]:
         calls = len(self.reuse_ms) + len(self.new_ms)
@@ -73,8 +81,16 @@ class Round:
             "seconds": round(self.seconds, 2),
             "calls_per_s": round(calls / self.seconds, 1) if self.seconds else None,
             "gateway_cpu_ms_per_call": round(self.cpu_ms_per_call, 2),
+            "client_cpu_ms_per_call": round(self.client_cpu_ms_per_call, 2),
+            "sandbox_workers_cpu_ms_per_call": round(self.workers_cpu_ms_per_call, 2),
+            "postgres_cpu_ms_per_call": (
+                round(self.postgres_cpu_ms_per_call, 2)
+                if self.postgres_cpu_ms_per_call is not None
+                else None
+            ),
             "reuse": _percentiles(self.reuse_ms),
             "new_capability": _percentiles(self.new_ms),
+            "sandbox_wait": _percentiles(self.wait_ms),
         }
 
 
@@ -125,8 +141,11 @@ async def _session(
                 into.errors.append(json.dumps(answer)[:300])
                 continue
             (into.new_ms if new else into.reuse_ms).append(elapsed)
+            into.wait_ms.append(float(answer.get("waitMs") or 0.0))
             if new and answer.get("created") is not True:
                 into.not_created += 1
+            if args.think_ms:
+                await anyio.sleep(args.think_ms / 1000)
 
 
 async def _round(url: str, keys: list[str], round_no: int, args: argparse.Namespace) -> Round:
@@ -165,6 +184,60 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def children_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of the live children of ``pid`` (its sandbox workers)."""
+    total = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            try:
+                total += cpu_seconds(int(child))
+            except OSError:  # it ended meanwhile
+                continue
+    return total
+
+
+def postgres_cpu_seconds() -> float | None:
+    """User + system CPU time of every ``postgres`` process on the machine (None if none)."""
+    total, found = 0.0, False
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # gone, or not ours to read
+            continue
+        if "(postgres)" in text:
+            found = True
+            fields = text.rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total if found else None
+
+
+class CpuMeter:
+    """The CPU the gateway, this process (the clients) and PostgreSQL used between reads."""
+
+    def __init__(self, gateway_pid: int) -> None:
+        self._pid = gateway_pid
+        self._last = self._read()
+
+    def _read(self) -> tuple[float, float, float | None, float]:
+        mine = os.times()
+        return (
+            cpu_seconds(self._pid),
+            mine.user + mine.system,
+            postgres_cpu_seconds(),
+            children_cpu_seconds(self._pid),
+        )
+
+    def charge(self, measured: Round, calls: int) -> None:
+        """Set ``measured``'s CPU per call since the last read."""
+        now = self._read()
+        measured.cpu_ms_per_call = (now[0] - self._last[0]) * 1000 / calls
+        measured.client_cpu_ms_per_call = (now[1] - self._last[1]) * 1000 / calls
+        measured.workers_cpu_ms_per_call = (now[3] - self._last[3]) * 1000 / calls
+        if now[2] is not None and self._last[2] is not None:
+            measured.postgres_cpu_ms_per_call = (now[2] - self._last[2]) * 1000 / calls
+        self._last = now
+
+
 async def _migrate(url: str) -> None:
     from pml.storage.database import Database
 
@@ -184,30 +257,31 @@ def _measure(args: argparse.Namespace, workdir: Path, database_url: str) -> dict
     from e2e.support import create_key, pml_http, write_config
 
     limits = {"key_rate_per_s": 0}
+    extra: dict[str, Any] = {"limits": limits}
+    if args.workers:
+        extra["sandbox"] = {"workers": args.workers}
     config = write_config(
-        workdir / "pml.toml",
-        [],
-        database_url=database_url,
-        expose_upstream=False,
-        extra={"limits": limits},
+        workdir / "pml.toml", [], database_url=database_url, expose_upstream=False, extra=extra
     )
     keys = [create_key(config, "load", "main", f"user{n}")["key"] for n in range(args.users)]
     with pml_http(config, workdir / "server.log") as gateway:
         pid = gateway.process.pid
         anyio.run(_warm, gateway.mcp_url, keys, args)
-        rss_start, cpu_start = rss_mb(pid), cpu_seconds(pid)
+        calls = args.sessions * args.calls
+        rss_start, meter = rss_mb(pid), CpuMeter(pid)
         first = anyio.run(_round, gateway.mcp_url, keys, 1, args)
-        rss_first, cpu_first = rss_mb(pid), cpu_seconds(pid)
+        rss_first = rss_mb(pid)
+        meter.charge(first, calls)
         second = anyio.run(_round, gateway.mcp_url, keys, 2, args)
-        rss_second, cpu_second = rss_mb(pid), cpu_seconds(pid)
-    calls = args.sessions * args.calls
-    first.cpu_ms_per_call = (cpu_first - cpu_start) * 1000 / calls
-    second.cpu_ms_per_call = (cpu_second - cpu_first) * 1000 / calls
+        rss_second = rss_mb(pid)
+        meter.charge(second, calls)
     return {
         "backend": "postgresql",
         "sessions": args.sessions,
         "calls_per_session": args.calls,
         "new_every": args.new_every,
+        "think_ms": args.think_ms,
+        "sandbox_workers": args.workers or "default",
         "known_snippets": args.known,
         "keys": args.users,
         "limits": limits | {"note": "per-key rate limit off; one key per user, users share"},
@@ -231,10 +305,18 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=10, help="API keys (one user each)")
     parser.add_argument("--known", type=int, default=20, help="snippets reused")
     parser.add_argument("--new-every", type=int, default=5, help="1 call in N runs new code")
+    parser.add_argument(
+        "--think-ms", type=float, default=0.0, help="each session waits this long between calls"
+    )
+    parser.add_argument("--workers", type=int, default=0, help="[sandbox] workers (0: default)")
     parser.add_argument("--profile", type=Path, default=None, help="cProfile the server here")
     args = parser.parse_args()
     if min(args.sessions, args.calls, args.users, args.known, args.new_every) < 1:
         parser.error("--sessions, --calls, --users, --known and --new-every must be >= 1")
+    if not 0 <= args.workers <= 256:
+        parser.error("--workers must be between 0 and 256")
+    if not 0 <= args.think_ms <= 60_000:
+        parser.error("--think-ms must be between 0 and 60000")
     with tempfile.TemporaryDirectory(prefix="pml-bench-load-") as folder:
         workdir = Path(folder)
         if args.profile is not None:

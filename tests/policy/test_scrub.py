@@ -312,3 +312,28 @@ def test_any_json_value_scrubs_to_storable_json_without_known_secrets(value: Any
     for secret in (JWT, RANDOM, "sk-live-4f9a8b7c6d5e4f3a2b1c0d"):
         assert secret not in text
     assert scrub(scrubbed) == scrubbed
+
+
+def test_texts_found_clean_are_remembered_and_secrets_never_are() -> None:
+    scrub_module._KNOWN_CLEAN.clear()
+    clean = "read the weekly report from the shared drive"
+    secret = "deploy with token ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    assert scrub_text(clean) == clean
+    assert clean in scrub_module._KNOWN_CLEAN
+    for _ in range(3):  # asked again and again: redacted every time, never remembered
+        assert "ghp_" not in scrub_text(secret)
+        assert "ghp_" not in scrub({"note": secret})["note"]
+    assert secret not in scrub_module._KNOWN_CLEAN
+    assert all("ghp_" not in text for text in scrub_module._KNOWN_CLEAN)
+
+
+def test_the_memory_of_clean_texts_is_bounded() -> None:
+    scrub_module._KNOWN_CLEAN.clear()
+    limit = scrub_module._CLEAN_MAX_ENTRIES
+    for index in range(limit + 500):
+        assert scrub_text(f"a plain sentence number {index}") == f"a plain sentence number {index}"
+    assert len(scrub_module._KNOWN_CLEAN) == limit
+    assert "a plain sentence number 0" not in scrub_module._KNOWN_CLEAN  # the oldest made room
+    long_text = "word " * 200  # longer than what is remembered
+    assert scrub_text(long_text) == long_text
+    assert long_text not in scrub_module._KNOWN_CLEAN

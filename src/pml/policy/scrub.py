@@ -31,6 +31,7 @@ linear time.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -63,6 +64,13 @@ MAX_ITEMS: Final = 256
 MAX_NODES: Final = 5000
 MAX_TOTAL_CHARS: Final = 65536
 _MAX_INT: Final = 2**63
+# Texts already found to hold no secret: the same tool names, intents, rules and capability
+# lists come back in every event of every request, and the regular expressions that look
+# for secrets are most of an audit write's cost. Only clean texts are remembered (a text
+# holding a secret is never kept), at most _CLEAN_MAX_ENTRIES of _CLEAN_MAX_CHARS each.
+_CLEAN_MAX_ENTRIES: Final = 4096
+_CLEAN_MAX_CHARS: Final = 512
+_KNOWN_CLEAN: dict[str, None] = {}
 
 # Credential shapes whose whole match is the secret.
 _TOKENS = CREDENTIAL_SHAPES
@@ -239,8 +247,23 @@ def _cut(text: str, limit: int) -> str:
 
 def _redact_text(text: str) -> str:
     """The secrets inside free text replaced, the rest kept as written."""
-    if len(text) < 8:
+    if len(text) < 8 or text in _KNOWN_CLEAN:
         return text
+    redacted = _redact_uncached(text)
+    if redacted == text and len(text) <= _CLEAN_MAX_CHARS:
+        _remember_clean(text)
+    return redacted
+
+
+def _remember_clean(text: str) -> None:
+    """Remember ``text`` held no secret (the oldest entry makes room; safe across threads)."""
+    if len(_KNOWN_CLEAN) >= _CLEAN_MAX_ENTRIES:
+        with contextlib.suppress(KeyError, RuntimeError, StopIteration):  # another thread won
+            del _KNOWN_CLEAN[next(iter(_KNOWN_CLEAN))]
+    _KNOWN_CLEAN[text] = None
+
+
+def _redact_uncached(text: str) -> str:
     text = _redact_pem(text)
     text = _TOKENS.sub(REDACTED, text)
     text = _AUTH_SCHEME.sub(_keep_scheme, text)
