@@ -12,7 +12,8 @@ was announced) the index reads the capabilities changed since its last look (one
 query) and those announced as changed, here or — through PostgreSQL ``NOTIFY`` — by another
 replica. Usage and success counts, which change on every run, are re-read every
 ``STATS_INTERVAL_S``; a full reconciliation every ``RECONCILE_INTERVAL_S`` catches a change
-written with a clock behind this one's.
+written with a clock behind this one's. Each full load or reconciliation also deletes the
+stored vectors of texts no item shows any more (``pml.discovery.pruning``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from pml.discovery.items import (
     text_hash,
     tool_item,
 )
+from pml.discovery.pruning import live_views, prune_stored_views, view_key
 from pml.discovery.text import terms
 from pml.errors import PmlError
 from pml.registry.changes import CapabilityChange
@@ -258,9 +260,10 @@ class DiscoveryService:
             latest = max(row.updated_at for row in rows)
             self._watermark = latest if self._watermark is None else max(latest, self._watermark)
         await self._put(items)
-        if full:  # the view vectors no row uses any more
-            used = {digest for digests in self._view_hashes.values() for digest in digests}
-            self._view_vectors = {d: v for d, v in self._view_vectors.items() if d in used}
+        if full:  # the view vectors no row uses any more, held and stored (see pruning)
+            live = live_views(self._view_hashes.values())
+            self._view_vectors = {d: v for d, v in self._view_vectors.items() if d in live}
+            await prune_stored_views(self._step, live, self._clock())
         self._loaded = True
         self._stored = {}  # what was stored is in the index now
 
@@ -374,11 +377,6 @@ class DiscoveryService:
             return ""
         server = hit.entry.key.split(":", 2)[1]
         return server_routing(server, self.routing.cloud, self.routing.local)
-
-
-def view_key(digest: str) -> str:
-    """The ``discovery_vectors`` key of a view's vector (shared by every row with it)."""
-    return f"text:{digest}"
 
 
 def _hidden(policy: PolicyEnforcer, request: RequestPolicy, hit: Hit) -> bool:

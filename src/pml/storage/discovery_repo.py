@@ -4,12 +4,16 @@
         repo = SqlDiscoveryRepository(conn)
         stored = await repo.vectors("minilm-l6-v2/onnx-int8/2")      # key -> (text hash, bytes)
         rows = await repo.capabilities_since(watermark)          # CapabilityRow, oldest first
+        keys = await repo.keys("text:")                          # every view's key
     async with db.transaction() as conn:
-        await SqlDiscoveryRepository(conn).save_vectors(model, [(key, text_hash, blob)], now)
+        repo = SqlDiscoveryRepository(conn)
+        await repo.save_vectors(model, [(key, text_hash, blob)], now)
+        removed = await repo.delete_vectors(unused, before=cutoff)  # of keys, unless saved since
 
 Vectors are stored as raw little-endian float32 bytes with the embedder that made them and
 a hash of the text, so a restart (or another replica) reuses them and only new or changed
-texts are embedded again.
+texts are embedded again. Which ones no item uses any more is discovery's decision
+(``pml.discovery.pruning``); here are the two queries it needs.
 """
 
 from __future__ import annotations
@@ -137,6 +141,29 @@ class SqlDiscoveryRepository:
                     for key, text_hash, blob in batch
                 ],
             )
+
+    async def keys(self, prefix: str) -> list[str]:
+        """Every stored key starting with ``prefix`` (no ``LIKE`` wildcard in it), whatever
+        its model: one query that reads keys only (on SQLite, whose ``LIKE`` is
+        case-sensitive here, a range of the primary key's index)."""
+        if any(char in prefix for char in "%_\\"):
+            raise ValueError(f"a key prefix without LIKE wildcards, not {prefix!r}")
+        v = vectors.c
+        result = await self.conn.execute(sa.select(v.item_key).where(v.item_key.like(f"{prefix}%")))
+        return [key for (key,) in result if key.startswith(prefix)]
+
+    async def delete_vectors(self, keys: Sequence[str], *, before: datetime) -> int:
+        """Delete the vectors of ``keys`` stored before ``before`` (one saved again since
+        stays): one statement per ``SAVE_BATCH`` keys. How many rows went."""
+        removed = 0
+        v = vectors.c
+        for start in range(0, len(keys), SAVE_BATCH):
+            batch = list(keys[start : start + SAVE_BATCH])
+            result = await self.conn.execute(
+                sa.delete(vectors).where(v.item_key.in_(batch), v.updated_at < before)
+            )
+            removed += max(result.rowcount, 0)
+        return removed
 
     async def capabilities_since(self, since: datetime | None) -> list[CapabilityRow]:
         """Capabilities changed after ``since`` (all when None), oldest change first: their
