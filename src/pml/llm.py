@@ -23,13 +23,15 @@ import re
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Any, Final, Protocol, Self, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, Self, cast
 
 import anyio
-import httpx
 
 from pml.errors import UpstreamUnavailable
 from pml.sections import LlmSettings
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +73,8 @@ class PooledHttp:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
+            import httpx  # here: importing httpx loads its CLI too (rich, pygments, click)
+
             self._client = httpx.AsyncClient(
                 timeout=httpx.Timeout(self._timeout_s),
                 transport=self._transport,
@@ -133,6 +137,8 @@ class LlmClient(PooledHttp):
         self, system: str, user: str, schema_name: str, json_schema: Mapping[str, Any]
     ) -> dict[str, Any]:
         """The model's answer to ``system`` + ``user`` as a JSON object (see module)."""
+        import httpx
+
         body: dict[str, Any] = {
             "model": self.model,
             "messages": [

@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from pml.cli.approvals_remote import check_grant, check_id, safe_line
 from pml.cli.common import (
@@ -210,6 +208,9 @@ def _print_list(items: list[View]) -> None:
     if not items:
         typer.echo("no approvals waiting")
         return
+    from rich.console import Console  # here: pml serve never prints a table
+    from rich.table import Table
+
     table = Table("id", "tool", "capability", "target", "user", "expires")
     for view in items:
         row = (

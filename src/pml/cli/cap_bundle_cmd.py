@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from pml.cli.common import ConfigOption, JsonOption, load_cli_settings, print_json, run_command
 from pml.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 OnConflictOption = Annotated[
     str,
@@ -35,6 +35,9 @@ OnConflictOption = Annotated[
 def _table(console: Console, title: str, columns: list[str], rows: list[list[str]]) -> None:
     if not rows:
         return
+    from rich.table import Table  # here: pml serve never prints a table
+    from rich.text import Text
+
     table = Table(*columns, title=title, title_justify="left")
     for row in rows:
         table.add_row(*(Text(cell) for cell in row))
@@ -42,6 +45,8 @@ def _table(console: Console, title: str, columns: list[str], rows: list[list[str
 
 
 def _print_export(result: dict[str, Any]) -> None:
+    from rich.console import Console
+
     console = Console()
     rows = [[e["name"], e["fqdn"], str(e["versions"])] for e in result["exported"]]
     _table(console, "Exported", ["name", "fqdn", "versions"], rows)
@@ -57,6 +62,8 @@ def _print_left_out(console: Console, left_out: list[dict[str, str]]) -> None:
 
 
 def _print_import(report: dict[str, Any]) -> None:
+    from rich.console import Console
+
     console = Console()
     imported = [[e["name"], e["fqdn"], e["from"]] for e in report["imported"]]
     _table(console, "Imported", ["name", "fqdn", "from"], imported)

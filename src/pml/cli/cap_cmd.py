@@ -16,9 +16,6 @@ import sys
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from pml.cli import cap_bundle_cmd, cap_lifecycle_cmd, cap_routing_cmd
 from pml.cli.common import ConfigOption, JsonOption, load_cli_settings, print_json, run_command
@@ -51,6 +48,10 @@ def parse_rename(text: str) -> dict[str, str]:
 
 
 def _print_fields(data: dict[str, Any], keys: list[str]) -> None:
+    from rich.console import Console  # here: pml serve never prints a table
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column(overflow="fold")
@@ -110,6 +111,10 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(result)
             return
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+
         table = Table("name", "fqdn", "uses", "success", "routing", "visibility", "version")
         for item in result["items"]:
             cells = (
@@ -179,6 +184,8 @@ def register(app: typer.Typer) -> None:
         shown["intents"] = "\n".join(f"{i['text']} (×{i['uses']})" for i in remembered) or None
         _print_fields(shown, [key for key in shown if key not in {"code", "parameters_schema"}])
         if result.get("code"):
+            from rich.console import Console
+
             Console().print("[bold]code[/bold]")
             typer.echo(result["code"])
 
@@ -275,6 +282,8 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(result)
         else:
+            from rich.console import Console
+
             print_curation(result, Console())
         failed = [item for item in result["skipped"] if "error" in item]
         if failed:

@@ -15,9 +15,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from pml.cli.common import ConfigOption, JsonOption, load_cli_settings, print_json, run_command
 
@@ -51,6 +48,10 @@ async def _run(settings: Any, *, check: bool) -> dict[str, Any]:
 
 
 def _print(result: dict[str, Any]) -> None:
+    from rich.console import Console  # here: pml serve never prints a table
+    from rich.table import Table
+    from rich.text import Text
+
     console = Console()
     changes: list[dict[str, str]] = result["changes"]
     if not changes:

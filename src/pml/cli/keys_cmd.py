@@ -18,8 +18,6 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from pml.cli.common import ConfigOption, JsonOption, load_cli_settings, print_json, run_command
 from pml.cli.status_cmd import safe_text
@@ -63,6 +61,9 @@ def _print_records(records: list[ApiKeyRecord]) -> None:
     if not records:
         typer.echo("no API keys (create one with `pml keys create --org O --project P`)")
         return
+    from rich.console import Console  # here: pml serve never prints a table
+    from rich.table import Table
+
     table = Table("id", "prefix", "org", "project", "user", "role", "created", "last used", "state")
     for record in records:
         data = record.to_dict()

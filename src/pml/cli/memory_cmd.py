@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from pml.cli.common import ConfigOption, JsonOption, load_cli_settings, print_json, run_command
 from pml.cli.status_cmd import safe_text
@@ -47,6 +45,9 @@ def _print_facts(facts: list[MemoryFact]) -> None:
     if not facts:
         typer.echo("no memories", err=True)
         return
+    from rich.console import Console  # here: pml serve never prints a table
+    from rich.table import Table
+
     table = Table("id", "created", "sensitivity", "source", "text")
     for fact in facts:
         table.add_row(

@@ -16,8 +16,6 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from pml.cli.common import ConfigOption, JsonOption, load_cli_settings, print_json, run_command
 from pml.cli.status_cmd import safe_text
@@ -111,6 +109,9 @@ def _print_grants(grants: list[Grant]) -> None:
     if not grants:
         typer.echo("no grants (issue one with `pml perms grant CAPABILITY --tool server:tool`)")
         return
+    from rich.console import Console  # here: pml serve never prints a table
+    from rich.table import Table
+
     table = Table("id", "user", "capability", "tool", "limits", "uses", "expires", "state")
     for grant in grants:
         uses = f"{grant.uses}/{grant.max_uses}" if grant.max_uses is not None else str(grant.uses)

@@ -13,14 +13,14 @@ import functools
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any, cast
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, UnknownType
+from typing import TYPE_CHECKING, Any, cast
 
 from pml.errors import InvalidArgs
 from pml.sandbox.base import SnippetToolError
 from pml.sandbox.truncate import MAX_ERROR_BYTES, bounded_text
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
 
 VALIDATOR_CACHE_SIZE = 512
 MAX_LISTED_FAILURES = 10
@@ -117,6 +117,9 @@ def merged_args(schema: Mapping[str, Any], given: Mapping[str, Any] | None) -> d
 def _validator(schema_json: str) -> Draft202012Validator | None:
     """A checked validator per distinct schema (checking a schema costs ~1 ms); None when
     the schema is not valid JSON Schema."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError, UnknownType
+
     schema = json.loads(schema_json)
     try:
         Draft202012Validator.check_schema(schema)
@@ -127,6 +130,9 @@ def _validator(schema_json: str) -> Draft202012Validator | None:
 
 def check_args(schema: Mapping[str, Any], args: Mapping[str, Any], *, capability: str) -> None:
     """``INVALID_ARGS`` listing every way ``args`` fails ``schema`` (a bad schema: none)."""
+    # here, not at the top: a gateway that runs no capability with arguments never loads it
+    from jsonschema.exceptions import SchemaError, UnknownType
+
     try:
         validator = _validator(json.dumps(schema, sort_keys=True, default=str))
         if validator is None:

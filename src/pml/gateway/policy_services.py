@@ -19,6 +19,7 @@ import sys
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TextIO
 
 import anyio
@@ -38,9 +39,9 @@ from pml.policy.memory_gate import MemoryGate
 from pml.policy.permissions import PermissionRules
 from pml.policy.router import IntentRouter
 from pml.policy.version import policy_version
+from pml.storage.dashboard_session_repo import purge_expired_dashboard_sessions
 from pml.storage.database import Database
 from pml.storage.workflow_repo import WorkflowStateStore
-from pml.web.dashboard.sessions import SessionStore
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ async def open_policy(
         "grants": grants.purge_expired,
         "approvals": desk.purge_expired,  # before "workflows": expired approvals are audited
         "workflows": workflows.purge_expired,
-        "dashboard sessions": SessionStore(db).purge_expired,
+        "dashboard sessions": partial(purge_expired_dashboard_sessions, db),
     }
     async with audit.running(), _purging(purges, PURGE_INTERVAL_S):
         yield PolicyServices(enforcer, approvals, audit, grants, workflows, purges)

@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from pml.registry.scope import Principal, Scope, check_role
+from pml.storage.dashboard_session_repo import purge_expired_dashboard_sessions
 from pml.storage.database import Database
 from pml.storage.tables import api_keys, dashboard_sessions
 from pml.storage.types import utc_now
@@ -127,11 +128,7 @@ class SessionStore:
 
     async def purge_expired(self) -> int:
         """Delete expired sessions; how many."""
-        async with self._db.transaction() as conn:
-            result = await conn.execute(
-                sa.delete(dashboard_sessions).where(dashboard_sessions.c.expires_at <= utc_now())
-            )
-        return int(result.rowcount or 0)
+        return await purge_expired_dashboard_sessions(self._db)
 
 
 @dataclass(slots=True)
