@@ -213,6 +213,8 @@ class CurationSettings(BaseModel):
 
     # A suggest run starts by itself after this many new unnamed capabilities (0 = never).
     auto_suggest_after: int = Field(default=10, ge=0)
+    # ... and at most one automatic run per project this often, in seconds (0 = no minimum).
+    auto_suggest_interval_s: float = Field(default=60.0, ge=0, le=86_400)
     batch_size: int = Field(default=5, ge=1, le=50)
     # auto mode applies suggestions whose confidence is strictly above this
     auto_threshold: float = Field(default=0.8, ge=0, le=1)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncGenerator
 
 import anyio
 import anyio.to_thread
 import pytest
+from pydantic import ValidationError
 
 from curation.llm_stub import LlmStub
 from pml.curation import CurationService
@@ -40,9 +42,9 @@ async def runs(db: Database, scope: Scope) -> list[tuple[str, str, int]]:
 def service(
     registry: CapabilityRegistry, db: Database, llm: LlmClient | None = None
 ) -> CurationService:
-    curation = CurationService(
-        registry, db, settings=CurationSettings(auto_suggest_after=AFTER), llm=llm
-    )
+    # no minimum interval here: these tests are about what is counted (spacing: below)
+    settings = CurationSettings(auto_suggest_after=AFTER, auto_suggest_interval_s=0)
+    curation = CurationService(registry, db, settings=settings, llm=llm)
     registry.on_change(curation.capability_changed)
     return curation
 
@@ -220,3 +222,36 @@ async def test_a_stream_of_captures_is_counted_once_a_recheck_interval(db: Datab
     # one check every 0.5 s at most (without the interval: one per capture heard, ~100)
     assert 2 <= auto.checks <= 5
     assert started == []  # nothing unnamed in acme.web's database
+
+
+async def test_a_projects_automatic_runs_are_spaced_and_captures_meanwhile_count_towards_the_next(
+    registry: CapabilityRegistry, db: Database, scope: Scope
+) -> None:
+    started: list[float] = []
+
+    async def record(_scope: Scope) -> None:
+        started.append(anyio.current_time())
+
+    # nothing records a run, so every check finds the project due: only the interval spaces them
+    auto = AutoRuns(db, record, after=1, recheck_s=0.05, min_interval_s=0.6)
+    registry.on_change(auto.capability_changed)
+    async with auto.running():
+        with anyio.fail_after(20):
+            first = anyio.current_time()
+            for index in range(30):  # a capture every 40 ms or more
+                await capture(registry, scope, index)
+                await anyio.sleep(0.04)
+            streamed = anyio.current_time() - first
+            await auto.settled()
+
+    # without the interval: about one run per recheck (0.05 s) while captures kept coming
+    assert 2 <= len(started) <= streamed / 0.6 + 2
+    gaps = [later - earlier for earlier, later in itertools.pairwise(started)]
+    assert min(gaps) >= 0.59
+
+
+def test_the_interval_setting_refuses_what_is_not_a_duration() -> None:
+    assert CurationSettings().auto_suggest_interval_s == 60.0
+    for bad in (-1, float("nan"), float("inf"), 86_401, "soon", None):
+        with pytest.raises(ValidationError):
+            CurationSettings(auto_suggest_interval_s=bad)  # pyright: ignore[reportArgumentType]

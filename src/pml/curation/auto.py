@@ -1,6 +1,6 @@
 """Automatic suggest runs: after N new unnamed capabilities of a project, suggest names.
 
-    auto = AutoRuns(db, start_run, after=10)        # start_run(scope) runs ``suggest``
+    auto = AutoRuns(db, start_run, after=10, min_interval_s=60)  # start_run runs ``suggest``
     registry.on_change(auto.capability_changed)     # hears UNNAMED_CAPTURE changes
     async with auto.running():                      # hosts the background runs
         ...
@@ -13,7 +13,12 @@ survives restarts and includes captures made by other processes), and starts a r
 there are at least ``after``. One check or run per project at a time in this process;
 captures that arrive meanwhile make it look again when it is done, at most once every
 ``recheck_s`` (a stream of captures is counted twice a second, not once per capture: each
-check is a database read). Outside ``running()`` (a CLI command) changes are ignored.
+check is a database read). A project's automatic runs are at least ``min_interval_s``
+apart in this process: a run that comes due sooner waits, and the captures made meanwhile
+count towards it. (A run reads every name of its project: without the interval a project
+capturing a stream of new code paid one such read per ``after`` captures, most of a busy
+gateway's curation cost and growing with the project.) Outside ``running()`` (a CLI
+command) changes are ignored.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ logger = logging.getLogger(__name__)
 AUTO_USER: Final = "pml-curation"
 COUNTED_MODES: Final = ("suggest", "auto")
 RECHECK_S: Final = 0.5
+KEPT_PROJECTS: Final = 10_000  # when-last-run entries kept (older ones are forgotten first)
 
 StartRun = Callable[[Scope], Awaitable[object]]
 
@@ -46,12 +52,20 @@ class AutoRuns:
     """Schedules automatic suggest runs per org/project (see module)."""
 
     def __init__(
-        self, db: Database, start_run: StartRun, *, after: int, recheck_s: float = RECHECK_S
+        self,
+        db: Database,
+        start_run: StartRun,
+        *,
+        after: int,
+        recheck_s: float = RECHECK_S,
+        min_interval_s: float = 0.0,
     ) -> None:
         self._db = db
         self._start_run = start_run
         self.after = after
         self.recheck_s = recheck_s
+        self.min_interval_s = min_interval_s
+        self._last_run: dict[tuple[str, str], float] = {}
         self.checks = 0
         self._tasks: TaskGroup | None = None
         self._busy: set[tuple[str, str]] = set()
@@ -97,6 +111,15 @@ class AutoRuns:
             count = await repo.count_unnamed_since(org, project, since)
         return count >= self.after
 
+    async def _spaced(self, key: tuple[str, str]) -> None:
+        """Wait until ``min_interval_s`` has passed since the project's last automatic run."""
+        last = self._last_run.pop(key, None)
+        if last is not None:
+            await anyio.sleep(max(last + self.min_interval_s - anyio.current_time(), 0.0))
+        if len(self._last_run) >= KEPT_PROJECTS:
+            del self._last_run[next(iter(self._last_run))]
+        self._last_run[key] = anyio.current_time()
+
     async def _work(self, key: tuple[str, str]) -> None:
         org, project = key
         try:
@@ -104,10 +127,12 @@ class AutoRuns:
                 self._again.discard(key)
                 checked_at = anyio.current_time()
                 if await self.due(org, project):
+                    await self._spaced(key)
+                    self._again.discard(key)  # what was captured while it waited is counted
                     self.runs_started += 1
                     await self._start_run(Scope(org, project, AUTO_USER))
                 # captures heard until then wait for one more check, not one each
-                await anyio.sleep(self.recheck_s - (anyio.current_time() - checked_at))
+                await anyio.sleep(max(self.recheck_s - (anyio.current_time() - checked_at), 0.0))
                 if key not in self._again:
                     return
         except PmlError as error:

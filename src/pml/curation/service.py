@@ -94,7 +94,12 @@ class CurationService:
         self._llm = llm
         self._clock = clock
         self.max_per_call = max(1, max_per_call)
-        self._auto = AutoRuns(db, self._auto_run, after=self.settings.auto_suggest_after)
+        self._auto = AutoRuns(
+            db,
+            self._auto_run,
+            after=self.settings.auto_suggest_after,
+            min_interval_s=self.settings.auto_suggest_interval_s,
+        )
 
     # -- the tool ------------------------------------------------------------------------
 
