@@ -8,6 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 import sqlalchemy as sa
+from sqlalchemy import event
 from typer.testing import CliRunner
 
 from pml.cli.app import app
@@ -198,3 +199,58 @@ async def test_first_returns_none_when_nothing_matches(db: Database) -> None:
     query = sa.select(capability_records).where(capability_records.c.fqdn == sa.bindparam("fqdn"))
 
     assert await db.first(query, {"fqdn": "acme.webapp.fs.nothing.0000"}) is None
+
+
+@pytest.mark.postgres
+async def test_notify_all_sends_every_payload_in_order_in_one_statement(postgres_url: str) -> None:
+    from pml.storage.listen import listen_forever
+
+    db = await Database.open(postgres_url)
+    heard: list[str] = []
+    payloads = ["first", "", "ünïcødé ✓ 🔔", "'; DROP TABLE capability_records; --", "x" * 7000]
+    statements: list[str] = []
+
+    def count(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    all_heard = anyio.Event()
+
+    async def on_payload(payload: str) -> None:
+        heard.append(payload)
+        if len(heard) == len(payloads):
+            all_heard.set()
+
+    async def on_reconnect() -> None:
+        return None
+
+    try:
+        async with anyio.create_task_group() as tasks:
+            ready = anyio.Event()
+            tasks.start_soon(
+                lambda: listen_forever(
+                    db.listen_dsn(), "pml_test_many", on_payload, on_reconnect, ready=ready
+                )
+            )
+            with anyio.fail_after(10):
+                await ready.wait()
+                event.listen(db.engine.sync_engine, "before_cursor_execute", count)
+                await db.notify_all("pml_test_many", payloads)
+                await db.notify_all("pml_test_many", [])  # nothing to send: no statement
+                event.remove(db.engine.sync_engine, "before_cursor_execute", count)
+                await all_heard.wait()
+            tasks.cancel_scope.cancel()
+        assert heard == payloads
+        assert len([s for s in statements if "pg_notify" in s]) == 1
+        with pytest.raises(StorageError):  # PostgreSQL's own limit: 8 000 bytes a payload
+            await db.notify_all("pml_test_many", ["y" * 9000])
+    finally:
+        await db.close()
+
+
+async def test_notify_all_does_nothing_on_sqlite(sqlite_url: str) -> None:
+    db = await Database.open(sqlite_url)
+    try:
+        await db.notify_all("channel", ["a", "b"])  # no other server process to tell
+        await db.notify("channel", "c")
+    finally:
+        await db.close()

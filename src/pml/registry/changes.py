@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Final
 
@@ -90,15 +90,23 @@ class ChangeAnnouncer:
         """Announce a committed change; never raises (the write has happened whatever this
         does, so failures are logged only). ``notified``: the write's own statement already
         sent the ``NOTIFY`` (a capture's one-statement creation), so only listeners here."""
-        change = CapabilityChange(org, project, fqdn, kind, self.origin)
-        for listener in list(self._listeners):
-            try:
-                await listener(change)
-            except Exception:  # a listener must not turn a committed write into an error
-                logger.exception("capability change listener failed (%s)", fqdn)
-        if notified:
+        await self.announce_all([(org, project, fqdn, kind)], notified=notified)
+
+    async def announce_all(
+        self, changes: Sequence[tuple[str, str, str, str]], *, notified: bool = False
+    ) -> None:
+        """``announce`` each (org, project, fqdn, kind) in order, with one ``NOTIFY``
+        statement for all of them."""
+        made = [CapabilityChange(*change, origin=self.origin) for change in changes]
+        for change in made:
+            for listener in list(self._listeners):
+                try:
+                    await listener(change)
+                except Exception:  # a listener must not turn a committed write into an error
+                    logger.exception("capability change listener failed (%s)", change.fqdn)
+        if notified or not made:
             return
         try:
-            await self._db.notify(CHANGES_CHANNEL, change.to_payload())
+            await self._db.notify_all(CHANGES_CHANNEL, [change.to_payload() for change in made])
         except PmlError as error:
             logger.warning("capability change not announced to other processes: %s", error)

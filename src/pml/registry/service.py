@@ -357,9 +357,10 @@ class CapabilityRegistry:
             explicit=explicit,
         )  # fmt: skip
 
-    async def announce(self, scope: Scope, fqdn: str, kind: str) -> None:
-        """Tell listeners here and in other processes that a capability of ``scope`` changed."""
-        await self._changes.announce(scope.org, scope.project, fqdn, kind)
+    async def announce(self, scope: Scope, fqdn: str, kind: str, *more: str) -> None:
+        """Tell listeners here and elsewhere (one ``NOTIFY``) that ``scope``'s ``fqdn``s changed."""
+        changes = [(scope.org, scope.project, name, kind) for name in (fqdn, *more)]
+        await self._changes.announce_all(changes)
 
     def write(self, scope: Scope) -> AbstractAsyncContextManager[SqlCapabilityRepository]:
         """A write transaction holding ``scope``'s name lock."""

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -295,14 +296,18 @@ class Database:
 
         Nothing on SQLite: an embedded database has no other server processes to tell.
         """
-        if self.dialect != "postgresql":
+        await self.notify_all(channel, [payload])
+
+    async def notify_all(self, channel: str, payloads: Sequence[str]) -> None:
+        """``notify`` of each payload in order, in one statement (one round trip)."""
+        if self.dialect != "postgresql" or not payloads:
             return
+        statement = sa.text(  # unnest's rows come in order: so do the notifications
+            "SELECT pg_notify(:channel, payload) FROM unnest(:payloads) AS payload"
+        ).bindparams(sa.bindparam("payloads", type_=postgresql.ARRAY(sa.Text)))
         try:
             async with self._point_reads.connect() as conn:
-                await conn.execute(
-                    sa.text("SELECT pg_notify(:channel, :payload)"),
-                    {"channel": channel, "payload": payload},
-                )
+                await conn.execute(statement, {"channel": channel, "payloads": list(payloads)})
         except (OSError, DBAPIError) as error:
             raise StorageError(f"Database error: {_reason(error)}") from error
 
