@@ -39,7 +39,13 @@ from pml.errors import (
 from pml.execution.journal import Journal
 from pml.execution.references import Plan, Target
 from pml.execution.registry_calls import NOT_ON_CLIENT
-from pml.execution.values import args_digest, raise_for_error, result_size, snippet_value
+from pml.execution.values import (
+    args_digest,
+    raise_for_error,
+    result_size,
+    snippet_value,
+    too_large_result,
+)
 from pml.policy.enforcer import PolicyEnforcer, RequestPolicy
 from pml.registry.reliability import counts_against
 from pml.sandbox.base import SnippetToolError, ToolRef
@@ -226,12 +232,7 @@ class RunCaller:
         size = result_size(result, limit)
         if size > limit:
             self._finished(target, digest, started, False, False)
-            raise LimitExceeded(
-                f"Tool {address} returned more than {limit} bytes (the limit of one tool "
-                "result): ask it for less (a range, a page, a filter)",
-                limit="max_tool_result_bytes",
-                tool=address,
-            )
+            raise too_large_result(address, limit)
         if policy is not None:  # only a run under a policy can pause and be resumed
             budget.journal.record(address, digest, result, size=size)
         self._finished(target, digest, started, result.get("isError") is not True, False)

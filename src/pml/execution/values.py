@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from pml.errors import InvalidArgs
+from pml.errors import InvalidArgs, LimitExceeded
 from pml.sandbox.base import SnippetToolError
 from pml.sandbox.truncate import MAX_ERROR_BYTES, bounded_text
 
@@ -80,6 +80,16 @@ def result_size(value: object, stop_after: int) -> int:
         else:
             size += len(repr(item)) if isinstance(item, int | float) else 2
     return size
+
+
+def too_large_result(address: str, limit: int) -> LimitExceeded:
+    """``LIMIT_EXCEEDED`` for one tool result over ``limit`` bytes (``max_tool_result_bytes``)."""
+    return LimitExceeded(
+        f"Tool {address} returned more than {limit} bytes (the limit of one tool result): "
+        "ask it for less (a range, a page, a filter)",
+        limit="max_tool_result_bytes",
+        tool=address,
+    )
 
 
 def _blocks(result: Mapping[str, Any]) -> list[dict[str, Any]]:

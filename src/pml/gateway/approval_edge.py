@@ -53,7 +53,8 @@ from pml.execution.approvals import ApprovalFlow
 from pml.gateway.notify import Context
 from pml.gateway.results import error_result, json_result
 from pml.gateway.schemas import ContinueWorkflow, ExecuteParams
-from pml.gateway.tools import Executor, capability_answer, is_execute
+from pml.gateway.tool_seams import Executor
+from pml.gateway.tools import capability_answer, is_execute
 from pml.policy.approval_review import review_lines, visible
 from pml.policy.model import Auditor
 from pml.registry.scope import Scope

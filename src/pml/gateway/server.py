@@ -45,7 +45,8 @@ from pml.gateway.services import (
     register_servers,
 )
 from pml.gateway.surface import GatewaySurface
-from pml.gateway.tools import Executor, GatewayTools
+from pml.gateway.tool_seams import Executor
+from pml.gateway.tools import GatewayTools
 from pml.gateway.watch import ToolListWatcher
 from pml.llm import open_llm
 from pml.registry.routing_start import routing_at_start
@@ -290,6 +291,7 @@ async def open_gateway(
                     handlers=service_handlers(discovery=discovery, curation=curation),
                     policy=policy.enforcer,
                     list_wait=window.wait,
+                    max_result_bytes=settings.sandbox.max_tool_result_bytes,
                 )
                 edge = ApprovalEdge(executor, policy.approvals, policy.audit)
                 surface.auditor = policy.audit

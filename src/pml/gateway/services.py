@@ -20,7 +20,7 @@ import anyio
 from pml.config import Settings
 from pml.discovery.base import Discoverer
 from pml.errors import PmlError
-from pml.gateway.tools import Executor, UsageSink
+from pml.gateway.tool_seams import Executor, UsageSink
 from pml.llm import JsonCompleter
 from pml.registry.routing import server_routing
 from pml.registry.scope import Scope

@@ -19,11 +19,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, TypeVar
 
 import mcp_types
 
 from pml.errors import InternalError, InvalidInput, NotAvailable, NotFound, PmlError
+from pml.execution.values import result_size, too_large_result
 from pml.gateway.capability_tools import CapabilityToolCatalog
 from pml.gateway.paging import cursor_for, cursor_offset
 from pml.gateway.results import capability_result, error_result, json_result
@@ -36,6 +37,7 @@ from pml.gateway.schemas import (
     tool_wire,
     within_depth,
 )
+from pml.gateway.tool_seams import Executor, UsageSink
 from pml.policy.enforcer import PolicyEnforcer, RequestPolicy
 from pml.registry.fqdn import message_value
 from pml.registry.names import CAPABILITY_TOOL_PREFIX
@@ -54,28 +56,6 @@ ToolsChanged = Callable[[], Awaitable[None]]
 # One of the gateway's own tools answered by a service (pml_discover, cap_curate): it parses
 # its arguments and returns the tool's JSON answer, or raises a PmlError.
 ToolHandler = Callable[[Scope, Mapping[str, Any] | None], Awaitable[dict[str, Any]]]
-
-
-class Executor(Protocol):
-    """What runs ``pml_execute`` (``pml.execution.service.ExecuteService``)."""
-
-    async def execute(self, scope: Scope, params: ExecuteParams) -> dict[str, Any]: ...
-
-    async def run_capability(self, scope: Scope, ref: str, args: dict[str, Any]) -> dict[str, Any]:
-        """Run a named capability as a tool (``NOT_FOUND`` for an unnamed one)."""
-        ...
-
-    async def flush(self) -> None:
-        """Write queued usage counts and traces now."""
-        ...
-
-
-class UsageSink(Protocol):
-    """Where tool calls are counted (``pml.execution.recorder.UsageRecorder``)."""
-
-    def tool_call(
-        self, scope: Scope, server_id: str, tool: str, *, latency_ms: float, success: bool
-    ) -> None: ...
 
 
 # Own tools whose service this GatewayTools was built without (an embedding of the tool
@@ -103,7 +83,9 @@ class GatewayTools:
         handlers: Mapping[str, ToolHandler] | None = None,
         policy: PolicyEnforcer | None = None,
         list_wait: Callable[[], Awaitable[None]] | None = None,
+        max_result_bytes: int | None = None,
     ) -> None:
+        self._max_result_bytes = max_result_bytes  # of one pass-through result (None: any)
         self._list_wait = list_wait  # listings wait for servers still starting (StartWindow)
         self._cap_tools = cap_tools
         self._policy = policy
@@ -229,9 +211,12 @@ class GatewayTools:
             logger.exception("tool %s:%s failed unexpectedly", server, message_value(tool))
             failure = error_result(InternalError("Internal error while running the tool"))
         else:
-            ok = result.get("isError") is not True
-            self._count(scope, server, tool, started, ok, request)
-            return result
+            limit = self._max_result_bytes
+            if limit is None or result_size(result, limit) <= limit:
+                ok = result.get("isError") is not True
+                self._count(scope, server, tool, started, ok, request)
+                return result
+            failure = error_result(too_large_result(f"{server}:{tool}", limit))
         self._count(scope, server, tool, started, False, request)
         return _as_json(failure)
 
@@ -283,6 +268,12 @@ class GatewayTools:
         started = time.perf_counter()
         try:
             result = await self._pool.call_tool(server, tool, arguments)
+            limit = self._max_result_bytes
+            if (
+                limit is not None
+                and result_size(result.model_dump(exclude_none=True), limit) > limit
+            ):
+                raise too_large_result(f"{server}:{tool}", limit)
         except PmlError:
             self._count(scope, server, tool, started, False, request)
             raise
