@@ -21,8 +21,11 @@ round minus first). The clients run on the same machine: on 2 cores they take a 
 share of it, so the CPU each call cost the clients (this process) and PostgreSQL (every
 ``postgres`` process, when readable) is printed beside the gateway's. Sessions are
 closed-loop (a call is sent when the last one returned), so latency is about
-sessions ÷ throughput; ``--think-ms`` makes each session wait between calls as an agent
-reading its answer would. ``--profile PATH``: the server runs under cProfile (written at exit).
+sessions ÷ throughput (the sessions connect and list the tools first; the clock starts
+when all are connected); ``--think-ms`` makes each session wait between calls (0.5 to 1.5
+times that, at random) as an agent reading its answer would, and start at random within
+that time rather than all at once. ``--profile PATH``: the server runs under cProfile
+(written at exit).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -115,12 +119,33 @@ def new_snippet(round_no: int, session: int, call: int) -> str:
     return f"seen = {{'round': {round_no}, 'session': {session}, 'call': {call}}}\nreturn seen\n"
 
 
+@dataclass
+class StartLine:
+    """Sessions connect first; the clock starts once every one of them is ready."""
+
+    waiting: int
+    go: anyio.Event = field(default_factory=anyio.Event)
+
+    async def ready(self) -> None:
+        self.waiting -= 1
+        if self.waiting == 0:
+            self.go.set()
+        await self.go.wait()
+
+
 async def _session(
-    url: str, key: str, number: int, round_no: int, args: argparse.Namespace, into: Round
-) -> None:
+    url: str, key: str, number: int, round_no: int, args: argparse.Namespace, into: Round,
+    start: StartLine,
+) -> None:  # fmt: skip
     from e2e.support import http_client, result_json
 
     async with http_client(url, key) as client:
+        # as an agent does once connected; the SDK client would otherwise list the tools
+        # inside the first call_tool (to check results against output schemas), timed
+        await client.list_tools()
+        await start.ready()
+        if args.think_ms:  # agents do not all start in the same millisecond either
+            await anyio.sleep(random.uniform(0, args.think_ms) / 1000)
         for call in range(args.calls):
             new = call % args.new_every == 0
             if new:
@@ -144,17 +169,19 @@ async def _session(
             into.wait_ms.append(float(answer.get("waitMs") or 0.0))
             if new and answer.get("created") is not True:
                 into.not_created += 1
-            if args.think_ms:
-                await anyio.sleep(args.think_ms / 1000)
+            if args.think_ms:  # uniformly 0.5-1.5 times it: sessions do not stay in step
+                await anyio.sleep(args.think_ms * random.uniform(0.5, 1.5) / 1000)
 
 
 async def _round(url: str, keys: list[str], round_no: int, args: argparse.Namespace) -> Round:
     measured = Round()
-    started = time.perf_counter()
+    start, started = StartLine(args.sessions), time.perf_counter()
     async with anyio.create_task_group() as sessions:
         for number in range(args.sessions):
             key = keys[number % len(keys)]
-            sessions.start_soon(_session, url, key, number, round_no, args, measured)
+            sessions.start_soon(_session, url, key, number, round_no, args, measured, start)
+        await start.go.wait()
+        started = time.perf_counter()
     measured.seconds = time.perf_counter() - started
     return measured
 
