@@ -4,16 +4,13 @@ capability (and never another tenant's), recent runs reach results, hostile inte
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
 from typing import Any
 
 import mcp_types
-import numpy as np
 import pytest
 import sqlalchemy as sa
-from numpy.typing import NDArray
 
-from pml.discovery.embedder import Embedder, HashingEmbedder
+from discovery.counting import Counting
 from pml.discovery.service import DiscoveryService, view_key
 from pml.registry.changes import CapabilityChange
 from pml.registry.models import CapabilityDraft, RoutingRules
@@ -46,20 +43,6 @@ class Tools:
 
 
 REFERENCE = Tools()
-
-
-class Counting:
-    """The hashing embedder (deterministic, no model needed), counting what it embeds."""
-
-    def __init__(self) -> None:
-        self.inner: Embedder = HashingEmbedder()
-        self.model_id = self.inner.model_id
-        self.dim = self.inner.dim
-        self.texts: list[str] = []
-
-    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
-        self.texts.extend(texts)
-        return self.inner.embed(texts)
 
 
 async def learn(registry: CapabilityRegistry, scope: Scope, intent: str, code: str) -> str:

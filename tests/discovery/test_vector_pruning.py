@@ -13,11 +13,10 @@ import mcp_types
 import numpy as np
 import pytest
 import sqlalchemy as sa
-from numpy.typing import NDArray
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from discovery.counting import Counting
 from pml.discovery.base import KindFilter
-from pml.discovery.embedder import Embedder, HashingEmbedder
 from pml.discovery.items import capability_item, text_hash, tool_item
 from pml.discovery.pruning import PRUNE_GRACE, VIEW_PREFIX, prune_stored_views, view_key
 from pml.discovery.service import DiscoveryService
@@ -51,20 +50,6 @@ class Clock:
 
     def advance(self, by: timedelta = LATER) -> None:
         self.now += by
-
-
-class Counting:
-    """The hashing embedder (deterministic, no model needed), counting what it embeds."""
-
-    def __init__(self) -> None:
-        self.inner: Embedder = HashingEmbedder()
-        self.model_id = self.inner.model_id
-        self.dim = self.inner.dim
-        self.texts: list[str] = []
-
-    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
-        self.texts.extend(texts)
-        return self.inner.embed(texts)
 
 
 class Tools:
