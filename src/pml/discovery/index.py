@@ -261,6 +261,8 @@ class HybridIndex:
         else:
             rows = _best(scores, candidates, limit).tolist()
         hits: list[Hit] = []
+        # by the exact score: rows within a rounding of each other keep their order
+        rows = sorted(rows, key=lambda row: (-float(scores[row]), self._key_of(row)))
         for row in rows:
             entry = self._entries[row]
             if entry is not None:
@@ -272,10 +274,13 @@ class HybridIndex:
                         float(lexical[row]),
                     )
                 )
-        hits.sort(key=lambda hit: (-hit.score, hit.entry.key))
         return hits
 
     # -- internals -----------------------------------------------------------------------
+
+    def _key_of(self, row: int) -> str:
+        entry = self._entries[row]
+        return entry.key if entry is not None else ""
 
     def _over_their_tools(self, scores: Scores, relevance: Scores) -> None:
         """A capability above the tools of the servers it calls when it fits as well

@@ -10,8 +10,10 @@ that reads a log file and counts its errors is a closer answer to "how many erro
 log" than the filesystem's ``read_text_file`` or ``directory_tree`` whenever its own
 (uncalibrated) relevance is at least the tool's. Among the ``POOL`` best rows (every tool
 scoring above a capability of the pool is in it), such a capability is given the tool's
-score (a hair above), so it comes first; one that keeps failing has its malus in ``prior``
-and is lifted only if it still fits better. It costs a loop over at most ``POOL`` rows.
+score (a hair above, more of a hair the better it scored itself: capabilities lifted over
+the same tool keep their order instead of tying), so it comes first; one that keeps failing
+has its malus in ``prior`` and is lifted only if it still fits better. It costs a loop over
+at most ``POOL`` rows.
 """
 
 from __future__ import annotations
@@ -37,11 +39,12 @@ def lift_over_their_tools(
 ) -> None:
     """Raise (in place) each capability ``(row, servers it calls)`` to just above every
     tool ``(row, server)`` of one of those servers that scores above it while the
-    capability fits at least as well uncalibrated (``relevance + prior``)."""
+    capability fits at least as well uncalibrated (``relevance + prior``); capabilities
+    raised over the same tool keep the order of their own scores."""
     for row, servers in capabilities:
-        best = float(scores[row])
+        own = best = float(scores[row])
         fit = float(relevance[row] + prior[row])
         for tool, server in tools:
             if server in servers and scores[tool] > best and fit >= relevance[tool]:
-                best = min(float(scores[tool]) + ABOVE, 1.0)
+                best = min(float(scores[tool]) + ABOVE * (1.0 + own), 1.0)
         scores[row] = best
