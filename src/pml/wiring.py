@@ -52,9 +52,13 @@ def remember_intents(
     recorder.intent_meaning = EmbeddedMeaning(embedder) if embedder is not None else None
 
     async def announce(fqdns: set[str]) -> None:
+        by_project: dict[tuple[str, str], list[str]] = {}
         for fqdn in sorted(fqdns)[:MAX_ANNOUNCED_INTENTS]:
             org, project = fqdn.split(".", 2)[:2]
-            await registry.announce(Scope(org, project, "pml"), fqdn, INTENTS_CHANGED)
+            by_project.setdefault((org, project), []).append(fqdn)
+        for (org, project), changed in by_project.items():  # one NOTIFY per project
+            first, *rest = changed
+            await registry.announce(Scope(org, project, "pml"), first, INTENTS_CHANGED, *rest)
 
     recorder.on_intents_changed(announce)
 

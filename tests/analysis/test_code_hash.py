@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pml.analysis.code_hash import canonical_dump, normalized_code_hash, parse_snippet
+from pml.analysis.snippet import analyze_snippet
 from pml.errors import CodeSyntaxError, InvalidInput
 
 SNIPPET = """\
@@ -215,3 +216,20 @@ def test_any_text_either_hashes_or_raises_a_syntax_error(code: str) -> None:
             normalized_code_hash(code)
     else:
         assert HEX64.fullmatch(normalized_code_hash(code)) is not None
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        SNIPPET,
+        'token = "sk-live-0123456789abcdef0123"\nreturn await mcp.github.get_me(token=token)',
+        'x = await mcp.fs.read_text_file(path="/tmp/a.txt")  # note: key=AKIA0123456789ABCDEF\n'
+        "return x.count('ERROR')",
+        '"""Docstring with password=hunter2hunter2"""\nreturn f"{1 + 2} é ✓"',
+        "async def f(a, *, b=2):\n    return [i async for i in a]\nreturn await f(aiter([]), b=3)",
+        "return b'\\x00\\xff' + bytes(3)",
+    ],
+)
+def test_the_analysis_hash_is_the_normalized_hash_of_the_code_as_written(code: str) -> None:
+    # The analysis hashes the tree it scanned: the scan and the lifting must leave it as parsed.
+    assert analyze_snippet(code).code_hash == normalized_code_hash(code)

@@ -267,6 +267,39 @@ async def test_a_new_intent_is_announced_so_discovery_re_reads_it(execute: Execu
     ]
 
 
+async def test_the_intents_of_one_batched_write_are_announced_with_one_notify(
+    execute: Execute,
+) -> None:
+    heard: list[CapabilityChange] = []
+
+    async def listen(change: CapabilityChange) -> None:
+        heard.append(change)
+
+    execute.gateway.registry.on_change(listen)
+    fqdns = [
+        (await execute(code=f"return {n} + 1", intent=f"add one to {n} for the report"))[
+            "capabilityFqdn"
+        ]
+        for n in range(3)
+    ]
+    statements: list[str] = []
+
+    def count(*event: Any) -> None:
+        statements.append(str(event[2]))
+
+    engine = execute.gateway.db.engine.sync_engine
+    sa.event.listen(engine, "before_cursor_execute", count)
+    try:
+        await execute.gateway.executor.flush()
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", count)
+    announced = sorted(c.fqdn for c in heard if c.kind == INTENTS_CHANGED)
+    assert announced == sorted(fqdns)
+    notifies = [s for s in statements if "pg_notify" in s]
+    expected = 1 if execute.gateway.db.dialect == "postgresql" else 0
+    assert len(notifies) == expected, statements
+
+
 async def test_the_answer_of_a_reuse_waits_for_no_intent_write(execute: Execute) -> None:
     created = await execute(code=ECHO, intent="echo the greeting back")
     await execute.gateway.executor.flush()

@@ -98,5 +98,10 @@ def canonical_dump(tree: ast.AST) -> str:
 
 def normalized_code_hash(code: str) -> str:
     """Lowercase SHA-256 hex of the snippet's canonical AST dump."""
-    dump = canonical_dump(parse_snippet(code))
+    return tree_hash(parse_snippet(code))
+
+
+def tree_hash(tree: ast.AST) -> str:
+    """``normalized_code_hash`` of an already parsed snippet (``parse_snippet``'s tree)."""
+    dump = canonical_dump(tree)
     return hashlib.sha256(dump.encode("utf-8", "surrogatepass")).hexdigest()

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pml.analysis.code_hash import normalized_code_hash, parse_snippet
+from pml.analysis.code_hash import parse_snippet, tree_hash
 from pml.analysis.credentials import looks_secret
 from pml.analysis.lifting import Edit, Parameter, Plan, plan_parameters, subscript_text
 from pml.analysis.scan import MCP, CallSite, Scan, scan_snippet
@@ -86,11 +86,12 @@ def _too_deep() -> CodeSyntaxError:
     return CodeSyntaxError(message, line=1, column=1)
 
 
-def _scan_and_plan(code: str) -> tuple[Scan, Plan]:
+def _scan_and_plan(code: str) -> tuple[Scan, Plan, str]:
+    """The snippet's scan, its lifting plan and its ``normalized_code_hash`` (one parse)."""
     tree = parse_snippet(code)
     try:
         scan = scan_snippet(tree, code)
-        return scan, plan_parameters(scan, code)
+        return scan, plan_parameters(scan, code), tree_hash(tree)
     except RecursionError:  # a guard: the walks are iterative, literal depth is capped
         raise _too_deep() from None
 
@@ -111,11 +112,11 @@ def analyze_snippet(code: str, *, max_code_bytes: int = DEFAULT_MAX_CODE_BYTES) 
             size=size,
             max=max_code_bytes,
         )
-    scan, plan = _scan_and_plan(code)
+    scan, plan, code_hash = _scan_and_plan(code)
     lifted, parameters = _without_secrets(code, plan)
     return SnippetAnalysis(
         code=code,
-        code_hash=normalized_code_hash(code),
+        code_hash=code_hash,
         calls=tuple(scan.references_sites()),
         parameters=parameters,
         lifted_code=lifted,
@@ -132,13 +133,15 @@ def _parsed(stored: str) -> None:
 def _without_secrets(code: str, plan: Plan) -> tuple[str, tuple[Parameter, ...]]:
     """The code with literals lifted and no credential left; every parameter it takes."""
     lifted = apply_edits(code, list(plan.edits))
-    _parsed(lifted)
+    if lifted != code:  # ``code`` itself was parsed already
+        _parsed(lifted)
     names = SecretNames({parameter.name for parameter in plan.parameters}, dict(plan.secrets))
     try:
         swept = sweep_secrets(lifted, names)
     except RecursionError:
         raise _too_deep() from None
-    _parsed(swept.code)
+    if swept.code != lifted:
+        _parsed(swept.code)
     parameters = plan.parameters + swept.parameters
     check_stored(swept.code, parameters, read_comments=False)  # comments: redacted above
     return swept.code, parameters

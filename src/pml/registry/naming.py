@@ -21,7 +21,7 @@ from typing import cast
 
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from pml.analysis.code_hash import normalized_code_hash
+from pml.analysis.code_hash import normalized_code_hash, parse_snippet
 from pml.errors import (
     InvalidInput,
     LimitExceeded,
@@ -306,7 +306,7 @@ def check_code_hash(code: str, given: str | None) -> str:
         return normalized_code_hash(code)
     if not isinstance(given, str) or not _SHA256_HEX.fullmatch(given):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise InvalidInput("code_hash must be 64 lowercase hex characters", field="code_hash")
-    normalized_code_hash(code)  # the stored code must parse too
+    parse_snippet(code)  # the stored code must parse too
     return given
 
 
