@@ -12,6 +12,7 @@ from typing import Any
 import mcp_types
 import pytest
 import sqlalchemy as sa
+from sqlalchemy import event
 
 from execution.conftest import SCOPE, Execute
 from gateway.upstreams import Upstream, gateway_settings
@@ -288,11 +289,11 @@ async def test_the_intents_of_one_batched_write_are_announced_with_one_notify(
         statements.append(str(event[2]))
 
     engine = execute.gateway.db.engine.sync_engine
-    sa.event.listen(engine, "before_cursor_execute", count)
+    event.listen(engine, "before_cursor_execute", count)
     try:
         await execute.gateway.executor.flush()
     finally:
-        sa.event.remove(engine, "before_cursor_execute", count)
+        event.remove(engine, "before_cursor_execute", count)
     announced = sorted(c.fqdn for c in heard if c.kind == INTENTS_CHANGED)
     assert announced == sorted(fqdns)
     notifies = [s for s in statements if "pg_notify" in s]

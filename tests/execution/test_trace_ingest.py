@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import pytest
 import sqlalchemy as sa
+from sqlalchemy import event
 
 from execution.clientrouting import (
     ECHO,
@@ -34,6 +35,7 @@ from pml.execution.handoff import CLIENT_RUN_KIND, ClientHandoff
 from pml.execution.references import plan_references
 from pml.execution.trace_wire import MAX_TRACES
 from pml.gateway.schemas import ExecuteParams
+from pml.registry.changes import INTENTS_CHANGED, UNNAMED_CAPTURE
 from pml.registry.scope import Scope
 from pml.storage.intent_repo import SqlIntentRepository
 from pml.storage.tables import audit_events
@@ -691,6 +693,31 @@ async def test_a_registry_change_makes_the_ingest_forget_what_it_remembered(hub:
     again = await _captured(hub)
     assert again["created"] is True
     assert again["capabilityFqdn"] != first["capabilityFqdn"]
+
+
+@pytest.mark.parametrize("kind", [UNNAMED_CAPTURE, INTENTS_CHANGED])
+async def test_new_code_or_new_intents_elsewhere_keep_what_the_ingest_remembered(
+    hub: Hub, kind: str
+) -> None:
+    hub.gateway.registry.on_change(hub.gateway.traces.capability_changed)
+    first = await _captured(hub)
+    fqdn = first["capabilityFqdn"]
+    await hub.gateway.registry.announce(SCOPE, fqdn, kind)
+    handed = await hub.hand_off(READ_NOTE, intent="read the note once more")
+    statements: list[str] = []
+
+    def count(*event: Any) -> None:
+        statements.append(str(event[2]))
+
+    engine = hub.gateway.db.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        [again] = await hub.ingest([trace(handed["workflowId"])])
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+    assert (again["status"], again["capabilityFqdn"], again["created"]) == ("captured", fqdn, False)
+    # the code's capability is still known: no lookup of its owner
+    assert not [s for s in statements if "code_hash IN" in s], statements
 
 
 async def test_a_known_codes_new_intent_from_a_client_is_remembered(hub: Hub) -> None:

@@ -58,7 +58,7 @@ from pml.execution.trace_wire import (
     task_results,
 )
 from pml.policy.model import Auditor
-from pml.registry.changes import CapabilityChange
+from pml.registry.changes import INTENTS_CHANGED, UNNAMED_CAPTURE, CapabilityChange
 from pml.registry.scope import Scope
 from pml.storage.capability_repo import find_code_owners
 from pml.storage.database import Database
@@ -74,6 +74,7 @@ OWNERS_TTL_S = 10.0
 PENDING_RETRY_S = 5.0
 OFFLINE_CLAIM_TTL_S = 3600.0  # an offline run's in-flight mark, if the process dies first
 MAX_OWNER_SCOPES = 1000
+_KEEPS_CODE_OWNERS = frozenset({UNNAMED_CAPTURE, INTENTS_CHANGED})
 CONCURRENT_CAPTURES = 8  # traces of one batch captured at once (each waits on the database)
 
 
@@ -227,8 +228,11 @@ class TraceIngest:
 
     async def capability_changed(self, change: CapabilityChange) -> None:
         """A ``registry.on_change`` listener: forget the code hashes remembered for a
-        capability that was renamed or given new code (they may lead elsewhere now)."""
-        self._forget(change.fqdn)
+        capability that was renamed or given new code (they may lead elsewhere now). New
+        unnamed code and new intents lead nowhere else: nothing to forget (and each would
+        cost a walk of every remembered code under a stream of new code)."""
+        if change.kind not in _KEEPS_CODE_OWNERS:
+            self._forget(change.fqdn)
 
     def _forget(self, fqdn: str) -> None:
         for owners in self._owners.values():
