@@ -1,15 +1,20 @@
 """What ``pml serve`` holds in memory: its own RSS after start, a discover and an execute.
 
-    python benchmarks/footprint.py [--embedder auto|hashing] [--executes 20]
+    python benchmarks/footprint.py [--embedder auto|hashing] [--executes 20] [--migrated]
 
 Starts ``pml serve --stdio`` as an MCP client does (the real SDK client in front) with one
 upstream server (``mcp-server-time``), then reads ``/proc/<pid>/status`` of the gateway
 process alone (not its upstream or sandbox children) after the first ``tools/list``, after
 a ``pml_discover`` (which builds the embedding model) and after ``--executes`` runs of
-``pml_execute``. Prints one JSON line:
+``pml_execute``. The database is new, so the gateway migrates it as it starts (alembic and
+its template engine stay loaded); ``--migrated`` starts a gateway once before, to measure
+one on a database already at the head revision. Prints one JSON line:
 
     {"embedder": "auto", "after_list_mb": 171.2, "after_discover_mb": 258.1,
-     "after_execute_mb": 261.8, "anon_mb": ..., "file_mb": ..., "children": {...}}
+     "after_execute_mb": 261.8, "anon_mb": ..., "file_mb": ..., "threads": 13,
+     "file_top_mb": {"onnxruntime_pybind11_state...so": 27.8, ...}, "children": {...}}
+
+``file_top_mb`` is the file-backed RSS of the largest mapped files (shared libraries).
 
 Goal (issue "fair and bounded"): < 150 MB after a discover and an execute.
 """
@@ -17,6 +22,7 @@ Goal (issue "fair and bounded"): < 150 MB after a discover and an execute.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import subprocess
@@ -45,6 +51,23 @@ def memory_mb(pid: int) -> dict[str, float]:
     return found
 
 
+def thread_count(pid: int) -> int:
+    return len(list(Path(f"/proc/{pid}/task").iterdir()))
+
+
+def file_top_mb(pid: int, count: int = 8) -> dict[str, float]:
+    """The resident pages of the ``count`` mapped files holding most, by file name, in MB."""
+    resident: collections.Counter[str] = collections.Counter()
+    mapped = ""
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        fields = line.split()
+        if fields and "-" in fields[0] and not fields[0].endswith(":"):  # a mapping's header
+            mapped = Path(fields[5]).name if len(fields) > 5 and fields[5][0] == "/" else ""
+        elif fields and fields[0] == "Rss:" and mapped:
+            resident[mapped] += int(fields[1])
+    return {name: round(kb / 1024, 1) for name, kb in resident.most_common(count)}
+
+
 def children_mb(pid: int) -> dict[str, float]:
     """The RSS of each child process (upstream servers, sandbox workers), by command."""
     out = subprocess.run(
@@ -64,7 +87,7 @@ def gateway_pid(config: Path) -> int:
     return int(out.stdout.split()[0])
 
 
-async def measure(directory: Path, embedder: str, executes: int) -> dict[str, Any]:
+async def measure(directory: Path, embedder: str, executes: int, migrated: bool) -> dict[str, Any]:
     config = directory / "pml.toml"
     config.write_text(
         f'database_url = "sqlite:///{directory / "pml.db"}"\n'
@@ -76,7 +99,10 @@ async def measure(directory: Path, embedder: str, executes: int) -> dict[str, An
     params = StdioServerParameters(
         command=str(PML), args=["--config", str(config), "serve", "--stdio"], env=dict(os.environ)
     )
-    report: dict[str, Any] = {"embedder": embedder, "executes": executes}
+    report: dict[str, Any] = {"embedder": embedder, "executes": executes, "migrated": migrated}
+    if migrated:  # a first gateway migrates the new database
+        async with Client(params) as client:
+            await client.list_tools()
     async with Client(params) as client:
         await client.list_tools()
         pid = gateway_pid(config)
@@ -96,6 +122,8 @@ async def measure(directory: Path, embedder: str, executes: int) -> dict[str, An
         final = memory_mb(pid)
         report["after_execute_mb"] = final["VmRSS"]
         report["anon_mb"], report["file_mb"] = final["RssAnon"], final["RssFile"]
+        report["threads"] = thread_count(pid)
+        report["file_top_mb"] = file_top_mb(pid)
         report["children_mb"] = children_mb(pid)
     report["goal_mb"] = 150
     return report
@@ -105,11 +133,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--embedder", choices=["auto", "hashing"], default="auto")
     parser.add_argument("--executes", type=int, default=20)
+    parser.add_argument(
+        "--migrated", action="store_true", help="measure a gateway on a migrated database"
+    )
     options = parser.parse_args()
     if not TIME_SERVER.exists():
         sys.exit(f"{TIME_SERVER} is missing: run make install")
     with tempfile.TemporaryDirectory() as directory:
-        report = anyio.run(measure, Path(directory), options.embedder, options.executes)
+        report = anyio.run(
+            measure, Path(directory), options.embedder, options.executes, options.migrated
+        )
     print(json.dumps(report))
 
 

@@ -1,6 +1,7 @@
 """``pml serve --stdio`` loads only what serving needs: no table printer (rich), no HTTP
 client CLI (httpx, pygments), no dashboard (jinja2), no migration tool (alembic, mako) on
-a database already at head, no JSON Schema validator before a capability runs.
+a database already at head, no JSON Schema validator before a capability runs, and on the
+hashing embedder none of the embedding model's runtime (onnxruntime, tokenizers).
 
 The real console script is started as an MCP client starts it, with
 ``PYTHONPROFILEIMPORTTIME`` set: every module the process imports is one line on its
@@ -28,8 +29,10 @@ from pml.web.dashboard.sessions import SessionStore, token_hash
 
 PML = Path(sys.executable).parent / "pml"
 WAIT_S = 60.0
-# Top-level packages (and pml's dashboard) the serving process must not load.
+# Top-level packages (and pml's dashboard) the serving process must not load; the config
+# below picks the hashing embedder, so the model's runtime is among them.
 NOT_SERVING = ("rich", "pygments", "httpx", "jinja2", "alembic", "mako", "jsonschema")
+MODEL_RUNTIME = ("onnxruntime", "tokenizers")
 DASHBOARD = "pml.web.dashboard"
 
 
@@ -89,7 +92,8 @@ async def test_a_stdio_gateway_on_a_migrated_database_loads_no_cli_dashboard_or_
 
     assert {"pml_discover", "pml_execute"} <= tools
     assert {"pml.gateway.serve_stdio", "mcp", "sqlalchemy"} <= modules  # the log was read
-    loaded = {package: _loaded_of(modules, package) for package in (*NOT_SERVING, DASHBOARD)}
+    unused = (*NOT_SERVING, *MODEL_RUNTIME, DASHBOARD)
+    loaded = {package: _loaded_of(modules, package) for package in unused}
     assert {package: found for package, found in loaded.items() if found} == {}
 
 

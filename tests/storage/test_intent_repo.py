@@ -68,6 +68,22 @@ async def test_a_new_text_adds_a_row_and_the_same_text_counts_a_use(
     assert record.created_by == "ada"
 
 
+async def test_one_write_of_thousands_of_intents_keeps_every_one_and_counts_repeats(
+    db: Database, registry: CapabilityRegistry
+) -> None:
+    # 4 500 rows of 8 values: more than one PostgreSQL statement's 32 767 parameters
+    fqdns = [await _capability(registry, f"return {n}") for n in range(900)]
+    first = [_seen(fqdn, f"intent {k} of {fqdn}") for fqdn in fqdns for k in range(5)]
+    assert await _remember(db, first) == set(fqdns)
+    again = [_seen(fqdn, f"intent 0 of {fqdn}", 1) for fqdn in fqdns[:10]]
+    assert await _remember(db, again) == set()
+    async with db.read() as conn:
+        total = await conn.scalar(sa.select(sa.func.count()).select_from(capability_intents))
+        uses = await conn.scalar(sa.select(sa.func.sum(capability_intents.c.uses)))
+    assert (total, uses) == (4500, 4510)
+    assert (await _intents(db, fqdns[0]))[0] == (f"intent 0 of {fqdns[0]}", 2, "reuse")
+
+
 async def test_a_text_meaning_the_same_counts_a_use_of_the_kept_one(
     db: Database, registry: CapabilityRegistry
 ) -> None:

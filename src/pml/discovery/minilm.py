@@ -27,15 +27,17 @@ import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final, Protocol, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 import numpy as np
 from numpy.typing import NDArray
-from tokenizers import Tokenizer
 
 from pml.discovery.int8_weights import int8_weights
 from pml.errors import ConfigError
 from pml.freed_memory import release_freed_memory
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -55,9 +57,11 @@ MAX_TOKENS: Final = 256  # the model's max_seq_length
 # One forward pass takes at most this many rows, and rows x padded length tokens.
 _MAX_ROWS: Final = 32
 _TOKEN_BUDGET: Final = 4096
-# Two intra-op threads cut a query's latency by a third on 2 cores; spinning threads would
-# instead wreck the tail when another process holds a core (p95 13 ms instead of 5 ms).
-_THREADS: Final = 2
+# One intra-op thread: with int8 weights and one text per pass, a second thread saved no
+# time (a query 1.6 ms p50 with one, 2.1 with two; a 110-token text 11.6 ms either way)
+# and cost 40-70 % more CPU per text, CPU that a loaded gateway's other work needs.
+# Spinning threads would wreck the tail when another process holds a core.
+_THREADS: Final = 1
 
 
 class _Session(Protocol):
@@ -121,7 +125,7 @@ def checked_model(model_dir: Path | None = None) -> tuple[bytes, bytes]:
 
 
 def minilm_from(model_bytes: bytes, tokenizer_bytes: bytes) -> MiniLmEmbedder:
-    """The model ready to embed (imports onnxruntime and builds its session: ~0.3 s)."""
+    """The model ready to embed (imports onnxruntime and tokenizers, builds a session: 0.3 s)."""
     try:
         # Imported here: it costs ~0.2 s, and only a process that embeds needs it.
         ort: Any = importlib.import_module("onnxruntime")  # untyped
@@ -136,6 +140,9 @@ def minilm_from(model_bytes: bytes, tokenizer_bytes: bytes) -> MiniLmEmbedder:
     # catalog's first embedding) for the life of the process; plain allocations return it.
     options.enable_cpu_mem_arena = False
     session, fused = _session(ort, model_bytes, options)
+    # Imported here too: 6 MB that a gateway on the hashing embedder never uses.
+    from tokenizers import Tokenizer
+
     tokenizer = Tokenizer.from_str(tokenizer_bytes.decode("utf-8"))
     # tokenizer.json pads and truncates to 128: we pad per batch and keep 256 tokens.
     tokenizer.no_padding()

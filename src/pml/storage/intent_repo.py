@@ -79,7 +79,6 @@ capability_intents = sa.Table(
 intents = capability_intents
 
 BATCH: Final = 500
-WRITE_CHUNK: Final = 500  # rows of 8 values per statement (PostgreSQL: < 32 767 parameters)
 
 
 @dataclass(slots=True)
@@ -119,8 +118,8 @@ class SqlIntentRepository:
             if fqdn in existing:
                 plans[fqdn] = await self._plan(existing[fqdn], by_fqdn[fqdn])
         rows = [write for plan in plans.values() for write in plan.writes.values()]
-        for start in range(0, len(rows), WRITE_CHUNK):
-            await self.conn.execute(self._upsert(rows[start : start + WRITE_CHUNK]))
+        if rows:  # one statement, cached, run over every row (multi-row VALUES are not)
+            await self.conn.execute(self._upsert(), _row_values(rows))
         grown = sorted(
             fqdn for fqdn, plan in plans.items() if any(w.new for w in plan.writes.values())
         )
@@ -226,25 +225,12 @@ class SqlIntentRepository:
             return None
         return matrix
 
-    def _upsert(self, rows: list[_Write]) -> Any:
+    def _upsert(self) -> Any:
         postgres = self.conn.dialect.name == "postgresql"
         insert: Any = postgresql_insert(intents) if postgres else sqlite_insert(intents)
         latest = sa.func.greatest if postgres else sa.func.max
-        values = [
-            {
-                "fqdn": row.sighting.fqdn,
-                "text_hash": row.text_hash,
-                "text": row.text,
-                "source": row.sighting.source[:16],
-                "created_by": row.sighting.user[:128],
-                "first_seen_at": row.sighting.seen_at,
-                "last_seen_at": row.sighting.seen_at,
-                "uses": row.uses,
-            }
-            for row in sorted(rows, key=lambda w: (w.sighting.fqdn, w.text_hash))
-        ]
         table = intents.c
-        return insert.values(values).on_conflict_do_update(
+        return insert.on_conflict_do_update(
             index_elements=["fqdn", "text_hash"],
             set_={
                 "uses": table.uses + insert.excluded.uses,
@@ -266,6 +252,23 @@ class SqlIntentRepository:
             matrix = await self._similarities(texts) or lexical_similarities(texts)
             gone = to_drop(kept, matrix)
             await self.conn.execute(sa.delete(intents).where(i.fqdn == fqdn, i.text_hash.in_(gone)))
+
+
+def _row_values(rows: list[_Write]) -> list[dict[str, Any]]:
+    """The rows to upsert, in key order (concurrent writers lock rows in the same order)."""
+    return [
+        {
+            "fqdn": row.sighting.fqdn,
+            "text_hash": row.text_hash,
+            "text": row.text,
+            "source": row.sighting.source[:16],
+            "created_by": row.sighting.user[:128],
+            "first_seen_at": row.sighting.seen_at,
+            "last_seen_at": row.sighting.seen_at,
+            "uses": row.uses,
+        }
+        for row in sorted(rows, key=lambda w: (w.sighting.fqdn, w.text_hash))
+    ]
 
 
 async def remember_now(
