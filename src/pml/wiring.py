@@ -73,8 +73,9 @@ class EmbeddedMeaning:
         self._vectors: OrderedDict[str, NDArray[np.float32]] = OrderedDict()
 
     async def similarities(self, texts: Sequence[str]) -> list[list[float]]:
-        import anyio.to_thread
         import numpy as np
+
+        from pml.discovery.background import embed_in_background
 
         found: dict[str, NDArray[np.float32]] = {}
         missing: list[str] = []
@@ -85,7 +86,7 @@ class EmbeddedMeaning:
             else:
                 found[text] = vector
         if missing:
-            made = await anyio.to_thread.run_sync(self._embedder.embed, missing)
+            made = await embed_in_background(self._embedder.embed, missing)
             for text, vector in zip(missing, made, strict=True):
                 found[text] = vector
         for text, vector in found.items():

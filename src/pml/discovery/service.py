@@ -31,6 +31,7 @@ import anyio.to_thread
 import numpy as np
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from pml.discovery.background import embed_in_background
 from pml.discovery.base import KindFilter
 from pml.discovery.embedder import Embedder
 from pml.discovery.index import Hit, HybridIndex, Vector
@@ -288,7 +289,7 @@ class DiscoveryService:
         for start in range(0, len(missing), EMBED_BATCH):
             batch = missing[start : start + EMBED_BATCH]
             texts = [item.embed_text for item in batch]
-            vectors = await anyio.to_thread.run_sync(self._embedder.embed, texts)
+            vectors = await embed_in_background(self._embedder.embed, texts)
             for item, vector in zip(batch, vectors, strict=True):
                 self._place(item, vector)
             await self._save([(item.entry.key, item.entry.text_hash) for item in batch], vectors)
@@ -330,7 +331,7 @@ class DiscoveryService:
         for start in range(0, len(pending), EMBED_BATCH):
             batch = pending[start : start + EMBED_BATCH]
             texts = [text for _, text in batch]
-            vectors = await anyio.to_thread.run_sync(self._embedder.embed, texts)
+            vectors = await embed_in_background(self._embedder.embed, texts)
             for (digest, _), vector in zip(batch, vectors, strict=True):
                 self._view_vectors[digest] = vector
             await self._save([(view_key(digest), digest) for digest, _ in batch], vectors)
