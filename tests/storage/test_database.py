@@ -254,3 +254,34 @@ async def test_notify_all_does_nothing_on_sqlite(sqlite_url: str) -> None:
         await db.notify("channel", "c")
     finally:
         await db.close()
+
+
+async def test_postgres_keeps_every_connection_it_opens_and_opens_at_most_30(
+    postgres_url: str,
+) -> None:
+    db = await Database.open(postgres_url)
+    opened: list[object] = []
+
+    def count(*_: object) -> None:
+        opened.append(object())
+
+    event.listen(db.engine.sync_engine.pool, "connect", count)
+    try:
+
+        async def busy() -> None:
+            async with db.read() as conn:
+                await conn.execute(sa.text("SELECT pg_sleep(0.05)"))
+
+        for _ in range(3):  # bursts beyond the pool: later bursts open nothing new
+            async with anyio.create_task_group() as group:
+                for _ in range(40):
+                    group.start_soon(busy)
+        assert len(opened) <= 30
+        first_bursts = len(opened)
+        async with anyio.create_task_group() as group:
+            for _ in range(25):
+                group.start_soon(busy)
+        assert len(opened) == first_bursts
+    finally:
+        event.remove(db.engine.sync_engine.pool, "connect", count)
+        await db.close()

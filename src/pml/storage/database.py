@@ -119,11 +119,14 @@ def create_engine(url: str) -> AsyncEngine:
         event.listen(engine.sync_engine, "begin", _sqlite_begin)
         return engine
     # No pre-ping: it costs a round trip per checkout; a dropped connection is invalidated on
-    # its first error and the pool reconnects, and recycling bounds a connection's age.
+    # its first error and the pool reconnects, and recycling bounds a connection's age. Up to
+    # 30 connections, all kept once opened: overflow connections were closed as soon as they
+    # were returned (50 busy sessions reopened one every ~50 checkouts, each a new login and
+    # every statement prepared again); past 30 a checkout waits for one (``pool_timeout``).
     return create_async_engine(
         target,
-        pool_size=10,
-        max_overflow=20,
+        pool_size=30,
+        max_overflow=0,
         pool_recycle=1800,
         json_deserializer=stored_json,
     )
