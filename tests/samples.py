@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy import event
 
 from pml.registry.models import CapabilityRecord
 from pml.registry.scope import Scope, Visibility
@@ -136,3 +140,18 @@ def early_record(code: str, intent: str = "a dozen") -> dict[str, object]:
         "updated_at": now,
         "usage_count": 1,
     }
+
+
+@contextmanager
+def statements_sent(engine: sa.Engine) -> Iterator[list[str]]:
+    """The SQL text of every statement ``engine`` sends while the block runs."""
+    sent: list[str] = []
+
+    def record(*event_args: object) -> None:
+        sent.append(str(event_args[2]))
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        event.remove(engine, "before_cursor_execute", record)

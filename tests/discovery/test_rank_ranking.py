@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from discovery.entries import DIM, ME, axis, capability_entry
 from pml.discovery.index import Entry, HybridIndex
 from pml.discovery.items import capability_item, remembered_intents, render, tool_item
 from pml.discovery.ranking import (
@@ -27,8 +28,6 @@ from pml.registry.scope import Scope
 from pml.storage.discovery_repo import CapabilityRow
 from pml.upstream.base import UpstreamTool
 
-DIM = 8
-ME = Scope("acme", "web", "erwan")
 Vector = npt.NDArray[np.float32]
 
 
@@ -36,22 +35,6 @@ def unit(*values: float) -> Vector:
     vector = np.zeros(DIM, dtype=np.float32)
     vector[: len(values)] = values
     return (vector / np.linalg.norm(vector)).astype(np.float32)
-
-
-def axis(i: int) -> Vector:
-    vector = np.zeros(DIM, dtype=np.float32)
-    vector[i] = 1.0
-    return vector
-
-
-def capability_entry(key: str, **fields: Any) -> Entry:
-    scope: dict[str, Any] = {
-        "org": "acme",
-        "project": "web",
-        "visibility": "project",
-        "created_by": "erwan",
-    }
-    return Entry(key, "capability", key, None, **(scope | fields))
 
 
 def search(index: HybridIndex, query: Vector, scope: Scope = ME, **options: Any) -> list[str]:

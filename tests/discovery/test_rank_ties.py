@@ -9,12 +9,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from discovery.entries import DIM, ME, axis, capability_entry
 from pml.discovery.index import Entry, HybridIndex
 from pml.discovery.rerank import lift_over_their_tools
-from pml.registry.scope import Scope
 
-DIM = 8
-ME = Scope("acme", "web", "erwan")
 Vector = npt.NDArray[np.float32]
 
 
@@ -23,22 +21,6 @@ def at_cosine(cosine: float) -> Vector:
     vector = np.zeros(DIM, dtype=np.float32)
     vector[0], vector[1] = cosine, np.sqrt(1.0 - cosine**2)
     return vector
-
-
-def axis(i: int) -> Vector:
-    vector = np.zeros(DIM, dtype=np.float32)
-    vector[i] = 1.0
-    return vector
-
-
-def capability(key: str, **fields: Any) -> Entry:
-    scope: dict[str, Any] = {
-        "org": "acme",
-        "project": "web",
-        "visibility": "project",
-        "created_by": "erwan",
-    }
-    return Entry(key, "capability", key, None, **(scope | fields))
 
 
 def keys(index: HybridIndex, **options: Any) -> list[str]:
@@ -50,8 +32,8 @@ def test_capabilities_lifted_over_one_tool_keep_the_order_of_their_own_scores() 
     read = Entry("tool:filesystem:read", "tool", "t", None, servers=("filesystem",))
     index.put(read, at_cosine(0.5), [])  # calibrated above both capabilities
     # keys in the opposite order of their fit: a tie would put "a-looser" first
-    index.put(capability("a-looser", servers=("filesystem",)), at_cosine(0.6), [])
-    index.put(capability("b-closer", servers=("filesystem",)), at_cosine(0.7), [])
+    index.put(capability_entry("a-looser", servers=("filesystem",)), at_cosine(0.6), [])
+    index.put(capability_entry("b-closer", servers=("filesystem",)), at_cosine(0.7), [])
     assert keys(index, limit=3) == ["b-closer", "a-looser", "tool:filesystem:read"]
     alone = keys(index, kind="capability", limit=2)  # no tools, no lift: the same order
     assert alone == ["b-closer", "a-looser"]
@@ -74,10 +56,10 @@ def test_the_lift_keeps_order_stays_within_1_and_lifts_only_what_fits() -> None:
 def test_rows_scoring_within_a_rounding_are_ranked_by_their_exact_scores() -> None:
     index = HybridIndex(DIM)
     # 0.7 * cosine differs by ~2e-5: the same score to 4 decimals
-    index.put(capability("a-lower"), at_cosine(0.80000), [])
-    index.put(capability("b-higher"), at_cosine(0.80003), [])
+    index.put(capability_entry("a-lower"), at_cosine(0.80000), [])
+    index.put(capability_entry("b-higher"), at_cosine(0.80003), [])
     hits = index.search(axis(0), [], ME, kind="capability", limit=2)
     assert [hit.entry.key for hit in hits] == ["b-higher", "a-lower"]
     assert hits[0].score == hits[1].score  # what is shown is rounded alike
-    index.put(capability("c-equal"), at_cosine(0.80003), [])  # an exact tie: by key
+    index.put(capability_entry("c-equal"), at_cosine(0.80003), [])  # an exact tie: by key
     assert keys(index, kind="capability", limit=3) == ["b-higher", "c-equal", "a-lower"]

@@ -12,7 +12,6 @@ from typing import Any
 import mcp_types
 import pytest
 import sqlalchemy as sa
-from sqlalchemy import event
 
 from execution.conftest import SCOPE, Execute
 from gateway.upstreams import Upstream, gateway_settings
@@ -25,6 +24,7 @@ from pml.registry.scope import Scope
 from pml.registry.tools import CapTools
 from pml.storage.intent_repo import capability_intents
 from pml.upstream.pool import ClientPool
+from samples import statements_sent
 
 pytestmark = pytest.mark.anyio
 
@@ -283,17 +283,8 @@ async def test_the_intents_of_one_batched_write_are_announced_with_one_notify(
         ]
         for n in range(3)
     ]
-    statements: list[str] = []
-
-    def count(*event: Any) -> None:
-        statements.append(str(event[2]))
-
-    engine = execute.gateway.db.engine.sync_engine
-    event.listen(engine, "before_cursor_execute", count)
-    try:
+    with statements_sent(execute.gateway.db.engine.sync_engine) as statements:
         await execute.gateway.executor.flush()
-    finally:
-        event.remove(engine, "before_cursor_execute", count)
     announced = sorted(c.fqdn for c in heard if c.kind == INTENTS_CHANGED)
     assert announced == sorted(fqdns)
     notifies = [s for s in statements if "pg_notify" in s]

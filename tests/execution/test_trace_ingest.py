@@ -14,7 +14,6 @@ from typing import Any
 import anyio
 import pytest
 import sqlalchemy as sa
-from sqlalchemy import event
 
 from execution.clientrouting import (
     ECHO,
@@ -40,6 +39,7 @@ from pml.registry.scope import Scope
 from pml.storage.intent_repo import SqlIntentRepository
 from pml.storage.tables import audit_events
 from pml.storage.workflow_repo import WorkflowStateStore
+from samples import statements_sent
 
 pytestmark = pytest.mark.anyio
 
@@ -704,17 +704,8 @@ async def test_new_code_or_new_intents_elsewhere_keep_what_the_ingest_remembered
     fqdn = first["capabilityFqdn"]
     await hub.gateway.registry.announce(SCOPE, fqdn, kind)
     handed = await hub.hand_off(READ_NOTE, intent="read the note once more")
-    statements: list[str] = []
-
-    def count(*event: Any) -> None:
-        statements.append(str(event[2]))
-
-    engine = hub.gateway.db.engine.sync_engine
-    event.listen(engine, "before_cursor_execute", count)
-    try:
+    with statements_sent(hub.gateway.db.engine.sync_engine) as statements:
         [again] = await hub.ingest([trace(handed["workflowId"])])
-    finally:
-        event.remove(engine, "before_cursor_execute", count)
     assert (again["status"], again["capabilityFqdn"], again["created"]) == ("captured", fqdn, False)
     # the code's capability is still known: no lookup of its owner
     assert not [s for s in statements if "code_hash IN" in s], statements
