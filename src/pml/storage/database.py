@@ -32,6 +32,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, SQLAlchemy
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from pml.errors import ConfigError, StorageError
+from pml.storage.point_reads import PostgresPointReads
 from pml.storage.types import stored_json
 
 if TYPE_CHECKING:
@@ -217,6 +218,9 @@ class Database:
         self._inline = _inline_engine(engine)
         # Point reads need no transaction: autocommit saves the BEGIN/ROLLBACK round trips.
         self._point_reads = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._driver_reads = (
+            PostgresPointReads(engine) if engine.dialect.name == "postgresql" else None
+        )
 
     @property
     def dialect(self) -> str:
@@ -280,8 +284,13 @@ class Database:
         On SQLite the query runs inline on the event loop: it takes tens of microseconds,
         while the async driver would hand it to its thread about six times. WAL readers never
         wait for writers, so this does not stall the loop. On PostgreSQL it runs in
-        autocommit mode: one round trip instead of three.
+        autocommit mode: one round trip instead of three, straight through the driver when
+        it can (``point_reads``).
         """
+        if self._driver_reads is not None and self._driver_reads.accepts(statement):
+            done, row = await self._driver_reads.read(statement, params)
+            if done:
+                return row
         if self._inline is None:
             try:
                 async with self._point_reads.connect() as conn:
@@ -320,6 +329,8 @@ class Database:
 
     async def close(self) -> None:
         """Close every pooled connection."""
+        if self._driver_reads is not None:
+            await self._driver_reads.close()
         await self.engine.dispose()
         if self._inline is not None:
             self._inline.dispose()
