@@ -21,7 +21,7 @@ from pml.storage.capability_queries import RESOLVE_STATEMENT
 from pml.storage.capability_repo import BY_CODE_HASH_STATEMENT
 from pml.storage.database import Database
 from pml.storage.keys_repo import BY_HASH_STATEMENT
-from pml.storage.point_reads import MAX_CONNECTIONS, PostgresPointReads
+from pml.storage.point_reads import MAX_CONNECTIONS, MAX_STATEMENTS, PostgresPointReads
 from pml.storage.tables import capability_records
 
 pytestmark = pytest.mark.anyio
@@ -96,7 +96,22 @@ async def test_statements_needing_more_of_sqlalchemy_keep_its_path(db: Database)
     assert not reads.accepts(sa.update(capability_records).values(named=True))
     assert not reads.accepts(WATERMARK_STATEMENT)  # count(*): SQLAlchemy names it count_1
     assert not reads.accepts(sa.select(records.fqdn, records.fqdn))
-    assert reads.accepts(sa.select(records.fqdn).where(records.record_type == "capability"))
+    constant = sa.select(records.fqdn).where(
+        records.record_type == "capability", records.org == sa.bindparam("org", type_=sa.String())
+    )
+    assert reads.accepts(constant)
+    await reads.close()
+
+
+async def test_statements_built_with_their_values_never_crowd_out_the_constant_ones(
+    db: Database,
+) -> None:
+    reads = PostgresPointReads(db.engine)
+    records = capability_records.c
+    for n in range(MAX_STATEMENTS + 5):  # as a caller building its query each time would
+        assert not reads.accepts(sa.select(records.fqdn).where(records.fqdn == f"f{n}"))
+    assert reads.accepts(BY_HASH_STATEMENT)
+    assert reads.accepts(BY_CODE_HASH_STATEMENT)
     await reads.close()
 
 

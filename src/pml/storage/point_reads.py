@@ -16,7 +16,9 @@ all are lent, the read goes through SQLAlchemy as before.
 Only statements whose parameters and columns asyncpg converts as SQLAlchemy's adapter does
 take this path (strings, numbers, booleans, timestamps with a time zone, and type decorators
 over them, whose own conversions are applied: ``accepts``); the rest (JSON, arrays, IN
-lists...) and statements past ``MAX_STATEMENTS`` keep SQLAlchemy's. A refused value is a
+lists...), statements built with their values rather than bind parameters (not kept: they
+would crowd the constant ones out) and statements past ``MAX_STATEMENTS`` keep
+SQLAlchemy's. A refused value is a
 ``StorageError`` as there; a broken connection or a failed connect hands the read to
 SQLAlchemy, whose pool reconnects or reports why it cannot.
 """
@@ -32,6 +34,7 @@ from typing import Any, Final, cast
 import sqlalchemy as sa
 from sqlalchemy.engine.result import IteratorResult, SimpleResultMetaData
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.sql.compiler import SQLCompiler
 
 from pml.errors import StorageError
 
@@ -91,8 +94,11 @@ class PostgresPointReads:
             return self._compiled[statement] is not None
         if len(self._compiled) >= MAX_STATEMENTS or not isinstance(statement, sa.Select):
             return False
+        compiled = statement.compile(dialect=self._engine.dialect)
+        if not any(bind.required for bind in compiled.binds.values()):
+            return False  # built with its values (not a constant statement): not kept
         select = cast("sa.Select[Any]", statement)
-        self._compiled[statement] = _compile(select, self._engine.dialect)
+        self._compiled[statement] = _compile(select, compiled, self._engine.dialect)
         return self._compiled[statement] is not None
 
     async def read(
@@ -170,9 +176,10 @@ class PostgresPointReads:
             _terminate(connection)
 
 
-def _compile(statement: sa.Select[Any], dialect: sa.Dialect) -> _Compiled | None:
+def _compile(
+    statement: sa.Select[Any], compiled: SQLCompiler, dialect: sa.Dialect
+) -> _Compiled | None:
     """The statement as the driver runs it, or None if some value needs more of SQLAlchemy."""
-    compiled = statement.compile(dialect=dialect)
     binds = compiled.binds
     columns = list(statement.selected_columns)
     if compiled.positiontup is None or any(
