@@ -110,6 +110,7 @@ class Replica:
     log: Path
     process: subprocess.Popen[bytes] | None = None
     terminated: bool = False
+    killed: bool = False
 
     @property
     def url(self) -> str:
@@ -121,6 +122,7 @@ class Replica:
 
     def start(self, config: Path) -> None:
         self.terminated = False
+        self.killed = False
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
                 [str(PML), "--config", str(config), "serve", "--http", f"127.0.0.1:{self.port}"],
@@ -128,8 +130,17 @@ class Replica:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=config.parent,
+                env={**os.environ, "PYTHONFAULTHANDLER": "1"},  # a crash leaves its stack
                 start_new_session=True,  # its upstream children share its session: one kill
             )
+
+    def died(self) -> bool:
+        """It exited though nobody stopped or killed it."""
+        return (
+            self.process is not None
+            and self.process.poll() is not None
+            and not (self.terminated or self.killed)
+        )
 
     def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """Poll ``GET /ready`` until 200 (bounded); fail with the log if it exits."""
@@ -147,6 +158,7 @@ class Replica:
         """``kill -9`` the replica and everything it started (no goodbye to anyone)."""
         if self.process is None:
             return
+        self.killed = True
         members = session_members(self.process.pid)
         kill_all(members)
         self.process.wait(timeout=STOP_TIMEOUT_S)
@@ -198,6 +210,15 @@ class Cluster:
     def kill(self, name: str) -> None:
         self.replicas[name].kill()
         self.killed.append(name)
+
+    def deaths(self) -> str:
+        """The exit code and log of every replica that exited on its own ("" for none)."""
+        return "\n".join(
+            f"{name} exited with {replica.process.returncode if replica.process else None}:\n"
+            f"{replica.tail()}"
+            for name, replica in self.replicas.items()
+            if replica.died()
+        )
 
     def restart(self, name: str) -> None:
         """Start a stopped or killed replica again and wait until it is ready."""

@@ -116,6 +116,16 @@ def deployment(
         anyio.run(drop_database, POSTGRES_URL, name)
 
 
+@pytest.fixture(autouse=True)
+def no_replica_died(deployment: Deployment) -> Iterator[None]:
+    """A replica that exits on its own fails the test it happened in, with its log: the
+    tests that follow would otherwise only see connections refused."""
+    assert not deployment.cluster.deaths(), deployment.cluster.deaths()
+    yield
+    deaths = deployment.cluster.deaths()
+    assert not deaths, f"a replica died during this test:\n{deaths}"
+
+
 def _answer(decision: str, asked: list[str]) -> Any:
     async def answer(
         _context: ClientRequestContext, params: mcp_types.ElicitRequestParams

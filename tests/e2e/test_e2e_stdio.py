@@ -319,6 +319,10 @@ async def test_a_call_that_outlasts_the_call_timeout_fails_with_timeout_naming_t
     )
     operation_s = 3
     async with pml_stdio(config, tmp_path / "pml.log") as gw:
+        # The gateway answers before its upstream servers are up: wait for "everything"
+        # first, so the time measured is the call's own and not the server's start-up too.
+        up = await gw.client.call_tool("everything__echo", {"message": "up"})
+        assert not up.is_error
         started = time.monotonic()
         with anyio.fail_after(15):
             slow = await gw.client.call_tool(
