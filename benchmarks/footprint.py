@@ -1,6 +1,7 @@
 """What ``pml serve`` holds in memory: its own RSS after start, a discover and an execute.
 
     python benchmarks/footprint.py [--embedder auto|hashing] [--executes 20] [--migrated]
+                                   [--model-process auto|own|shared]
 
 Starts ``pml serve --stdio`` as an MCP client does (the real SDK client in front) with one
 upstream server (``mcp-server-time``), then reads ``/proc/<pid>/status`` of the gateway
@@ -15,6 +16,10 @@ one on a database already at the head revision. Prints one JSON line:
      "file_top_mb": {"onnxruntime_pybind11_state...so": 27.8, ...}, "children": {...}}
 
 ``file_top_mb`` is the file-backed RSS of the largest mapped files (shared libraries).
+With ``[discovery] model_process`` "auto" (the default: "shared" for ``pml serve --stdio``)
+the model runs in the shared embedding process, which serves every local gateway of the
+user: ``shared_model_mb`` is its RSS and ``total_mb`` the two processes' sum. The gateway's
+data directory (``XDG_DATA_HOME``, where that process's socket lives) is the run's own.
 
 Goal (issue "fair and bounded"): < 150 MB after a discover and an execute.
 """
@@ -23,8 +28,10 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -87,19 +94,40 @@ def gateway_pid(config: Path) -> int:
     return int(out.stdout.split()[0])
 
 
-async def measure(directory: Path, embedder: str, executes: int, migrated: bool) -> dict[str, Any]:
+def shared_model_pid(data_home: Path) -> int | None:
+    """The shared embedding process whose socket lies under ``data_home``, if one runs."""
+    out = subprocess.run(
+        ["pgrep", "-n", "-f", f"embed_service --socket {data_home}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return int(out.stdout.split()[0]) if out.stdout.strip() else None
+
+
+async def measure(
+    directory: Path, embedder: str, executes: int, migrated: bool, model_process: str = "auto"
+) -> dict[str, Any]:
     config = directory / "pml.toml"
+    data_home = directory / "data"
     config.write_text(
         f'database_url = "sqlite:///{directory / "pml.db"}"\n'
         '[scope]\norg = "bench"\nproject = "footprint"\n'
-        f'[discovery]\nembedder = "{embedder}"\n'
+        f'[discovery]\nembedder = "{embedder}"\nmodel_process = "{model_process}"\n'
         "[upstream]\nlist_wait_s = 60\n"
         f'[servers.time]\ncommand = "{TIME_SERVER}"\n'
     )
     params = StdioServerParameters(
-        command=str(PML), args=["--config", str(config), "serve", "--stdio"], env=dict(os.environ)
+        command=str(PML),
+        args=["--config", str(config), "serve", "--stdio"],
+        env={**os.environ, "XDG_DATA_HOME": str(data_home)},
     )
-    report: dict[str, Any] = {"embedder": embedder, "executes": executes, "migrated": migrated}
+    report: dict[str, Any] = {
+        "embedder": embedder,
+        "model_process": model_process,
+        "executes": executes,
+        "migrated": migrated,
+    }
     if migrated:  # a first gateway migrates the new database
         async with Client(params) as client:
             await client.list_tools()
@@ -125,6 +153,13 @@ async def measure(directory: Path, embedder: str, executes: int, migrated: bool)
         report["threads"] = thread_count(pid)
         report["file_top_mb"] = file_top_mb(pid)
         report["children_mb"] = children_mb(pid)
+        shared = shared_model_pid(data_home)
+        if shared is not None:
+            report["shared_model_mb"] = memory_mb(shared)["VmRSS"]
+            report["total_mb"] = round(final["VmRSS"] + report["shared_model_mb"], 1)
+    if shared is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(shared, signal.SIGTERM)  # it would stop by itself once idle
     report["goal_mb"] = 150
     return report
 
@@ -136,12 +171,18 @@ def main() -> None:
     parser.add_argument(
         "--migrated", action="store_true", help="measure a gateway on a migrated database"
     )
+    parser.add_argument("--model-process", choices=["auto", "own", "shared"], default="auto")
     options = parser.parse_args()
     if not TIME_SERVER.exists():
         sys.exit(f"{TIME_SERVER} is missing: run make install")
     with tempfile.TemporaryDirectory() as directory:
         report = anyio.run(
-            measure, Path(directory), options.embedder, options.executes, options.migrated
+            measure,
+            Path(directory),
+            options.embedder,
+            options.executes,
+            options.migrated,
+            options.model_process,
         )
     print(json.dumps(report))
 

@@ -380,3 +380,27 @@ def test_a_base64_metrics_token_is_accepted() -> None:
         environ={"PML_TELEMETRY__METRICS_TOKEN": token}, cwd=Path("/nonexistent")
     )
     assert settings.telemetry.metrics_token == token
+
+
+@pytest.mark.parametrize("value", ["auto", "own", "shared"])
+def test_the_model_process_is_read_and_serving_decides_auto(tmp_path: Path, value: str) -> None:
+    from pml.cli.common import with_model_process
+
+    write(tmp_path / "pml.toml", f'[discovery]\nmodel_process = "{value}"\n')
+    settings = load_settings(environ={}, cwd=tmp_path)
+    assert settings.discovery.model_process == value
+    stdio = with_model_process(settings, stdio=True).discovery.model_process
+    http = with_model_process(settings, stdio=False).discovery.model_process
+    assert (stdio, http) == (("shared", "own") if value == "auto" else (value, value))
+    assert settings.discovery.model_process == value  # the loaded settings are left as read
+
+
+@pytest.mark.parametrize("value", ['"elsewhere"', "1", '"SHARED"', '"shared; rm -rf /"', "[]"])
+def test_a_model_process_that_is_not_one_of_the_three_is_a_config_error(
+    tmp_path: Path, value: str
+) -> None:
+    write(tmp_path / "pml.toml", f"[discovery]\nmodel_process = {value}\n")
+    with pytest.raises(ConfigError, match="model_process"):
+        load_settings(environ={}, cwd=tmp_path)
+    with pytest.raises(ConfigError, match="model_process"):
+        load_settings(environ={"PML_DISCOVERY__MODEL_PROCESS": "remote"}, cwd=tmp_path / "x")

@@ -199,11 +199,17 @@ class DiscoverySettings(BaseModel):
     ``embedder = "auto"`` uses the installed MiniLM model and falls back to the
     deterministic hashing embedder (with a warning) when the model is not installed;
     ``"minilm"`` insists on the model; ``"hashing"`` never loads it.
+
+    ``model_process``: where the model runs. ``"own"``: in this process. ``"shared"``: in
+    one embedding process per user and installation that every local gateway uses (started
+    on demand, it stops once unused; a gateway that cannot use it loads its own copy).
+    ``"auto"``: shared for ``pml serve --stdio`` (one per agent window), own otherwise.
     """
 
     model_config = ConfigDict(extra="forbid")
 
     embedder: Literal["auto", "minilm", "hashing"] = "auto"
+    model_process: Literal["auto", "own", "shared"] = "auto"
 
 
 class CurationSettings(BaseModel):

@@ -33,7 +33,8 @@ status_cmd.register(app)
 
 GATEWAY_KEYS = {
     "running", "answered", "pid", "transport", "config", "started_at", "uptime_s", "version",
-    "host", "embedding_model", "database", "capabilities", "error", "others",
+    "host", "embedding_model", "embedding_process", "database", "capabilities", "error",
+    "others",
 }  # fmt: skip
 
 

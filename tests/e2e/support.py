@@ -392,17 +392,24 @@ def _tail(log: Path, chars: int = 4000) -> str:
     return log.read_text(errors="replace")[-chars:]
 
 
-def pml_stdio_params(config: Path) -> StdioServerParameters:
+def pml_stdio_params(config: Path, env: dict[str, str] | None = None) -> StdioServerParameters:
+    """``pml serve --stdio`` with ``config`` (``env``: merged over the SDK's default one)."""
     return StdioServerParameters(
         command=str(PML),
         args=["--config", str(config), "serve", "--stdio"],
         cwd=config.parent,
+        env=env,
     )
 
 
 @asynccontextmanager
 async def pml_stdio(
-    config: Path, log: Path, *, mode: str = "auto", message_handler: Any = None
+    config: Path,
+    log: Path,
+    *,
+    mode: str = "auto",
+    message_handler: Any = None,
+    env: dict[str, str] | None = None,
 ) -> AsyncGenerator[StdioGateway]:
     """Start ``pml serve --stdio`` through the SDK client; check no process outlives it.
 
@@ -415,7 +422,7 @@ async def pml_stdio(
         failed = False
         try:
             async with AsyncExitStack() as stack:
-                transport = stdio_client(pml_stdio_params(config), errlog=errlog)
+                transport = stdio_client(pml_stdio_params(config, env), errlog=errlog)
                 try:
                     client = await stack.enter_async_context(
                         Client(transport, mode=mode, message_handler=message_handler)

@@ -80,6 +80,7 @@ async def test_the_socket_answers_what_the_pool_and_database_hold_now(
     assert status["gateway"]["transport"] == "stdio"
     assert status["gateway"]["config"] == str(tmp_path / "pml.toml")
     assert status["gateway"]["embedding_model"] == gateway.discovery.model_id
+    assert status["gateway"]["embedding_process"] == "this process"  # in-process: "auto" is own
     assert status["database"]["reachable"] is True
     assert status["database"]["up_to_date"] is True
     assert set(status["capabilities"]) == {"named", "unnamed", "mcp_servers"}

@@ -122,6 +122,16 @@ def with_debug_routing(settings: Settings, debug_routing: bool) -> Settings:
     return settings.model_copy(update={"policy": policy})
 
 
+def with_model_process(settings: Settings, *, stdio: bool) -> Settings:
+    """``settings`` with ``[discovery] model_process = "auto"`` decided for this serve: the
+    shared embedding process for stdio (a gateway per agent window), this process for HTTP."""
+    if settings.discovery.model_process != "auto":
+        return settings
+    chosen = "shared" if stdio else "own"
+    discovery = settings.discovery.model_copy(update={"model_process": chosen})
+    return settings.model_copy(update={"discovery": discovery})
+
+
 def llm_key(settings: Settings) -> str | None:
     """The ``[llm]`` endpoint's API key, from the variable ``llm.api_key_env`` names."""
     from pml.llm import llm_api_key

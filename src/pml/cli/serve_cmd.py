@@ -27,6 +27,7 @@ from pml.cli.common import (
     load_cli_settings,
     run_command,
     with_debug_routing,
+    with_model_process,
 )
 from pml.errors import ConfigError, InvalidInput
 
@@ -93,7 +94,7 @@ def register(app: typer.Typer) -> None:
             if stdio and http is not None:
                 raise InvalidInput("give either --stdio or --http HOST:PORT, not both")
             address = parse_host_port(http) if http is not None else None
-            settings = with_debug_routing(load_cli_settings(ctx, config), debug_routing)
+            settings = _for_serving(load_cli_settings(ctx, config), debug_routing, address)
             if settings.permissions.agent_may_approve:
                 print(AGENT_MAY_APPROVE_WARNING, file=sys.stderr, flush=True)
             found = config_path(ctx, config)
@@ -126,12 +127,19 @@ def _reloads(
         path,
         environ=os.environ,
         cwd=cwd,
-        adjust=partial(with_debug_routing, debug_routing=debug_routing),
+        adjust=partial(_for_serving, debug_routing=debug_routing, address=address),
     )
     transport = "stdio" if address is None else "http {}:{}".format(*address)
     directory = run_directory(Path(user_data_dir("pml")))
     with sighup_requests() as requests:  # before the file: a found process never dies of it
         yield ReloadSource(load, requests, partial(announced, directory, path, transport=transport))
+
+
+def _for_serving(
+    settings: Settings, debug_routing: bool, address: tuple[str, int] | None
+) -> Settings:
+    routed = with_debug_routing(settings, debug_routing)
+    return with_model_process(routed, stdio=address is None)
 
 
 async def _serve(

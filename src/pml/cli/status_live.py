@@ -76,6 +76,7 @@ class LiveView:
             "version": _text(told.get("version")),
             "host": _text(told.get("host")),
             "embedding_model": _text(told.get("embedding_model")),
+            "embedding_process": _text(told.get("embedding_process")),
             "database": _dict(self.answer.get("database")) or None if self.answer else None,
             "capabilities": _dict(self.answer.get("capabilities")) or None if self.answer else None,
             "error": self.error,

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Final, Literal, Protocol
+from typing import TYPE_CHECKING, Final, Literal, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -38,6 +38,9 @@ from pml.discovery.minilm import (
 )
 from pml.discovery.text import stem, words
 from pml.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pml.discovery.shared_model import SharedModel
 
 __all__ = [
     "INSTALL_COMMAND",
@@ -125,14 +128,22 @@ _lock = threading.Lock()
 _loaded: dict[tuple[Path, ...], DeferredMiniLm | str] = {}
 
 
-def load_embedder(choice: EmbedderChoice = "auto", *, model_dir: Path | None = None) -> Embedder:
+def load_embedder(
+    choice: EmbedderChoice = "auto", *, model_dir: Path | None = None, shared_in: Path | None = None
+) -> Embedder:
     """The embedder the ``[discovery] embedder`` setting asks for (``model_dir``: tests).
 
     The model's files are found and checked now; its runtime is built on the first
-    ``embed`` (a worker thread, in the background of a starting gateway)."""
+    ``embed`` (a worker thread, in the background of a starting gateway). ``shared_in``: a
+    run directory whose shared embedding process serves the installed model
+    (``shared_model``); this process builds its own only if that one cannot be used."""
     if choice == "hashing":
         return HashingEmbedder()
     try:
+        if shared_in is not None and model_dir is None:
+            shared = _shared(shared_in)
+            if shared is not None:
+                return shared
         return _minilm(model_dir)
     except ConfigError as exc:
         if choice == "minilm":
@@ -183,3 +194,23 @@ def _minilm(model_dir: Path | None) -> DeferredMiniLm:
     if isinstance(loaded, str):
         raise ConfigError(loaded)
     return loaded
+
+
+_shared_models: dict[Path, SharedModel] = {}
+
+
+def _shared(run_dir: Path) -> SharedModel | None:
+    """The installed model served from ``run_dir`` (checked here like the process's own;
+    None when no socket path fits there)."""
+    from pml.discovery.shared_model import SharedModel, socket_path
+
+    path = socket_path(run_dir)
+    if path is None:
+        return None
+    with _lock:
+        model = _shared_models.get(path)
+        if model is None:
+            checked_model()  # ConfigError if missing or modified; the bytes are not kept
+            model = SharedModel(path, own=lambda: _minilm(None))
+            _shared_models[path] = model
+    return model

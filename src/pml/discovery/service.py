@@ -115,6 +115,11 @@ class DiscoveryService:
         """The embedder the index was built with."""
         return self._embedder.model_id
 
+    @property
+    def model_process(self) -> str:
+        """Where the embedder runs (a ``SharedModel`` tells; any other runs here)."""
+        return str(getattr(self._embedder, "process", "this process"))
+
     def __len__(self) -> int:
         return len(self._index)
 

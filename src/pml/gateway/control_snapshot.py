@@ -119,6 +119,13 @@ def _embedding_model(gateway: Gateway) -> str | None:
         return None
 
 
+def _embedding_process(gateway: Gateway) -> str | None:
+    try:
+        return _cut(gateway.discovery.model_process, 200)
+    except AttributeError:  # a discovery service that does not say
+        return None
+
+
 async def status_snapshot(gateway: Gateway, process: ServingProcess) -> dict[str, Any]:
     """What ``pml status`` shows of this gateway."""
     database, counts, failing = await _database(gateway)
@@ -134,6 +141,7 @@ async def status_snapshot(gateway: Gateway, process: ServingProcess) -> dict[str
             "version": __version__,
             "host": _cut(socket.gethostname(), 200),
             "embedding_model": _embedding_model(gateway),
+            "embedding_process": _embedding_process(gateway),
             "scope": {"org": scope.org, "project": scope.project, "user": scope.user},
         },
         "servers": [server_entry(status) for status in statuses[:MAX_SERVERS]],

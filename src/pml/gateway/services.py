@@ -13,6 +13,7 @@ import logging
 import shlex
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
@@ -31,6 +32,7 @@ from pml.wiring import remember_intents, routing_rules
 
 if TYPE_CHECKING:
     from pml.curation.service import CurationService
+    from pml.discovery.embedder import Embedder
     from pml.discovery.service import DiscoveryService
     from pml.execution.trace_ingest import TraceIngest
     from pml.gateway.policy_services import PolicyServices
@@ -66,12 +68,26 @@ def open_curation(
     return CurationService(registry, db, settings=settings.curation, llm=llm)
 
 
+def discovery_embedder(settings: Settings) -> Embedder:
+    """The ``[discovery]`` embedder; the model in the shared embedding process when
+    ``model_process = "shared"`` (its socket in the user's run directory)."""
+    from pml.discovery.embedder import load_embedder
+
+    shared_in = None
+    if settings.discovery.model_process == "shared":
+        from platformdirs import user_data_dir
+
+        from pml.gateway.running import run_directory
+
+        shared_in = run_directory(Path(user_data_dir("pml")))
+    return load_embedder(settings.discovery.embedder, shared_in=shared_in)
+
+
 def open_discovery(settings: Settings, db: Database, pool: ToolSource) -> DiscoveryService:
     """``pml_discover``'s service with the configured embedder (imported lazily)."""
-    from pml.discovery.embedder import load_embedder
     from pml.discovery.service import DiscoveryService
 
-    embedder = load_embedder(settings.discovery.embedder)
+    embedder = discovery_embedder(settings)
     return DiscoveryService(db, pool, embedder, routing=routing_rules(settings))
 
 
@@ -87,7 +103,6 @@ async def open_executor(
     """``pml_execute``'s service on the sandbox engine, the usage recorder it writes with,
     and the ingest of client traces sharing its capture service (imported lazily; on exit
     the engine stops and everything recorded is written)."""
-    from pml.discovery.embedder import load_embedder
     from pml.execution.capture import CaptureService
     from pml.execution.handoff import ClientHandoff, OfflineContexts
     from pml.execution.hooks import CleanupHook
@@ -99,7 +114,7 @@ async def open_executor(
     engine = fair_engine(settings.sandbox, settings.limits)  # workers shared between tenants
     try:
         async with UsageRecorder(db) as recorder:
-            remember_intents(recorder, registry, load_embedder(settings.discovery.embedder))
+            remember_intents(recorder, registry, discovery_embedder(settings))
             service = ExecuteService(
                 registry=registry,
                 pool=pool,
