@@ -217,10 +217,11 @@ class DiscoveryService:
     # -- internals -----------------------------------------------------------------------
 
     async def _maintain(self) -> None:
+        # Any failure is logged and the next round tries again: the gateway goes on serving.
         try:
             await self.refresh()
-        except PmlError as error:
-            logger.warning("discovery index not loaded at start: %s", error)
+        except Exception as error:  # noqa: BLE001 - a background task must not end the gateway
+            logger.warning("discovery index not loaded at start: %.300s", error)
         next_reconcile = time.monotonic() + RECONCILE_INTERVAL_S
         while True:
             await anyio.sleep(STATS_INTERVAL_S)
@@ -230,8 +231,8 @@ class DiscoveryService:
                     await self.refresh(force=True)
                 else:
                     await self.refresh_stats()
-            except PmlError as error:
-                logger.warning("discovery index maintenance failed: %s", error)
+            except Exception as error:  # noqa: BLE001 - as above
+                logger.warning("discovery index maintenance failed: %.300s", error)
 
     async def _sync(self, *, full: bool) -> None:
         if self._stored is None:

@@ -24,6 +24,8 @@ from datetime import datetime
 from typing import Any, Final, NamedTuple, cast
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from pml.registry.intents import MAX_KEPT
@@ -123,13 +125,13 @@ class SqlDiscoveryRepository:
     async def save_vectors(
         self, model: str, rows: Sequence[tuple[str, str, bytes]], now: datetime
     ) -> None:
-        """Store (replace) vectors: one delete and one insert per batch of keys."""
+        """Store (replace) vectors: one upsert per batch of keys. Replicas of one database
+        index the same texts at the same time, so a key written meanwhile by another is
+        replaced, never a unique-key violation."""
         for start in range(0, len(rows), SAVE_BATCH):
             batch = rows[start : start + SAVE_BATCH]
-            keys = [key for key, _, _ in batch]
-            await self.conn.execute(sa.delete(vectors).where(vectors.c.item_key.in_(keys)))
             await self.conn.execute(
-                sa.insert(vectors),
+                self._upsert(),
                 [
                     {
                         "item_key": key,
@@ -141,6 +143,15 @@ class SqlDiscoveryRepository:
                     for key, text_hash, blob in batch
                 ],
             )
+
+    def _upsert(self) -> Any:
+        postgres = self.conn.dialect.name == "postgresql"
+        insert: Any = postgresql_insert(vectors) if postgres else sqlite_insert(vectors)
+        replaced = ("model", "text_hash", "vector", "updated_at")
+        return insert.on_conflict_do_update(
+            index_elements=["item_key"],
+            set_={name: getattr(insert.excluded, name) for name in replaced},
+        )
 
     async def keys(self, prefix: str) -> list[str]:
         """Every stored key starting with ``prefix`` (no ``LIKE`` wildcard in it), whatever
