@@ -1,6 +1,7 @@
 """A long run of mixed traffic against one ``pml serve --http``: does anything grow?
 
     python benchmarks/soak.py [--minutes 30] [--clients 8] [--distinct-new N] [--sqlite]
+                              [--sample-s 60]
 
 Starts ``pml serve --http`` on a throwaway PostgreSQL database (``--sqlite``: a SQLite file)
 with ``mcp-server-time`` upstream, and real SDK clients over streamable HTTP, each with its
@@ -12,7 +13,13 @@ processes and the database connections it holds (PostgreSQL: ``pg_stat_activity`
 database). Prints one JSON line:
 
     {"minutes": 30, "calls": 51234, "errors": 0, "start": {"rss_mb": ..., "open_files": ...,
-     "children": ..., "db_connections": ...}, "end": {...}, "growth": {...}, "p95_ms": ...}
+     "children": ..., "db_connections": ...}, "end": {...}, "growth": {...}, "p95_ms": ...,
+     "series": [{"minute": 1.0, "calls": ..., "rss_mb": ..., ...}, ...],
+     "rss_mb_per_10_min": {"first_half": ..., "second_half": ...}}
+
+``series`` samples the same every ``--sample-s`` seconds from the start; ``rss_mb_per_10_min``
+is the RSS slope (least squares) over the first and the second half of the samples taken
+after warm-up, so a leak shows as a slope that does not fall.
 
 Goal (issue "fair and bounded"): no growth beyond warm-up. With the default, every "new"
 call learns a capability, and the gateway's discovery index holds each one (a few KB):
@@ -150,6 +157,7 @@ async def soak(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     database = None if args.sqlite else f"pml_soak_{uuid.uuid4().hex[:8]}"
     start: dict[str, Any] = {}
     end: dict[str, Any] = {}
+    series: list[dict[str, Any]] = []
     calls_at_start = 0
     url = sqlite_url(workdir) if database is None else await fresh_database(POSTGRES_URL, database)
     try:
@@ -167,9 +175,25 @@ async def soak(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             total = args.minutes * 60
             warmup = max(60.0, total / 10)
             traffic = Traffic(gateway.mcp_url, keys, time.monotonic() + total, args.distinct_new)
+            began = time.monotonic()
+
+            async def measured() -> dict[str, Any]:
+                return {
+                    "minute": round((time.monotonic() - began) / 60, 2),
+                    "calls": len(traffic.latencies),
+                    **sample(gateway.process.pid),
+                    "db_connections": await db_connections(database),
+                }
+
+            async def sampler() -> None:
+                while time.monotonic() < traffic.deadline:
+                    await anyio.sleep(args.sample_s)
+                    series.append(await measured())
+
             async with anyio.create_task_group() as clients:
                 for index in range(args.clients):
                     clients.start_soon(traffic.client, index)
+                clients.start_soon(sampler)
                 await anyio.sleep(warmup)
                 start = {
                     **sample(gateway.process.pid),
@@ -198,7 +222,30 @@ async def soak(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "start": start,
         "end": end,
         "growth": {key: _delta(start[key], end[key]) for key in start},
+        "series": series,
+        "rss_mb_per_10_min": _halves_slopes(
+            [point for point in series if point["minute"] * 60 >= max(60.0, args.minutes * 6)]
+        ),
     }
+
+
+def _halves_slopes(points: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The RSS slope in MB per 10 minutes over each half of ``points`` (None: too few)."""
+    half = len(points) // 2
+    return {"first_half": _slope(points[:half]), "second_half": _slope(points[half:])}
+
+
+def _slope(points: list[dict[str, Any]]) -> float | None:
+    if len(points) < 2:
+        return None
+    xs = [point["minute"] for point in points]
+    ys = [point["rss_mb"] for point in points]
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    if spread == 0:
+        return None
+    covariance = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True))
+    return round(10 * covariance / spread, 2)
 
 
 def _delta(before: Any, after: Any) -> Any:
@@ -218,6 +265,7 @@ def main() -> None:
         help="draw 'new' code from this many variants (0: always new, so capabilities grow)",
     )
     parser.add_argument("--sqlite", action="store_true", help="a SQLite file, not PostgreSQL")
+    parser.add_argument("--sample-s", type=float, default=60.0, help="seconds between samples")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pml-soak-") as folder:
         print(json.dumps(anyio.run(soak, args, Path(folder))), flush=True)
