@@ -1,7 +1,7 @@
 """What ``pml serve`` holds in memory: its own RSS after start, a discover and an execute.
 
     python benchmarks/footprint.py [--embedder auto|hashing] [--executes 20] [--migrated]
-                                   [--model-process auto|own|shared]
+                                   [--model-process auto|own|shared] [--others N]
 
 Starts ``pml serve --stdio`` as an MCP client does (the real SDK client in front) with one
 upstream server (``mcp-server-time``), then reads ``/proc/<pid>/status`` of the gateway
@@ -18,8 +18,11 @@ one on a database already at the head revision. Prints one JSON line:
 ``file_top_mb`` is the file-backed RSS of the largest mapped files (shared libraries).
 With ``[discovery] model_process`` "auto" (the default: "shared" for ``pml serve --stdio``)
 the model runs in the shared embedding process, which serves every local gateway of the
-user: ``shared_model_mb`` is its RSS and ``total_mb`` the two processes' sum. The gateway's
-data directory (``XDG_DATA_HOME``, where that process's socket lives) is the run's own.
+user: ``shared_model_mb`` is its RSS. ``--others N`` keeps N more gateways (other agent
+windows, each on its own database, after a ``pml_discover``) running meanwhile:
+``others_mb`` lists their RSS, and ``total_mb`` sums every gateway and the shared process.
+The gateways' data directory (``XDG_DATA_HOME``, where that process's socket lives) is the
+run's own.
 
 Goal (issue "fair and bounded"): < 150 MB after a discover and an execute.
 """
@@ -105,23 +108,35 @@ def shared_model_pid(data_home: Path) -> int | None:
     return int(out.stdout.split()[0]) if out.stdout.strip() else None
 
 
-async def measure(
-    directory: Path, embedder: str, executes: int, migrated: bool, model_process: str = "auto"
-) -> dict[str, Any]:
-    config = directory / "pml.toml"
-    data_home = directory / "data"
+def gateway_params(folder: Path, embedder: str, model_process: str) -> StdioServerParameters:
+    """``pml serve --stdio`` on a config (and database) of its own in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / "pml.toml"
     config.write_text(
-        f'database_url = "sqlite:///{directory / "pml.db"}"\n'
+        f'database_url = "sqlite:///{folder / "pml.db"}"\n'
         '[scope]\norg = "bench"\nproject = "footprint"\n'
         f'[discovery]\nembedder = "{embedder}"\nmodel_process = "{model_process}"\n'
         "[upstream]\nlist_wait_s = 60\n"
         f'[servers.time]\ncommand = "{TIME_SERVER}"\n'
     )
-    params = StdioServerParameters(
+    return StdioServerParameters(
         command=str(PML),
         args=["--config", str(config), "serve", "--stdio"],
-        env={**os.environ, "XDG_DATA_HOME": str(data_home)},
+        env={**os.environ, "XDG_DATA_HOME": str(folder.parent / "data")},
     )
+
+
+async def measure(
+    directory: Path,
+    embedder: str,
+    executes: int,
+    migrated: bool,
+    model_process: str = "auto",
+    others: int = 0,
+) -> dict[str, Any]:
+    config = directory / "main" / "pml.toml"
+    data_home = directory / "data"
+    params = gateway_params(config.parent, embedder, model_process)
     report: dict[str, Any] = {
         "embedder": embedder,
         "model_process": model_process,
@@ -131,6 +146,31 @@ async def measure(
     if migrated:  # a first gateway migrates the new database
         async with Client(params) as client:
             await client.list_tools()
+    async with contextlib.AsyncExitStack() as stack:
+        other_pids = []
+        for index in range(others):  # other agent windows, each with a gateway of its own
+            folder = directory / f"other{index}"
+            other = await stack.enter_async_context(
+                Client(gateway_params(folder, embedder, model_process))
+            )
+            await other.call_tool("pml_discover", {"intent": "what time is it in Lima"})
+            other_pids.append(gateway_pid(folder / "pml.toml"))
+        report["others_mb"] = await measure_one(
+            params, config, data_home, executes, report, other_pids
+        )
+    return report
+
+
+async def measure_one(
+    params: StdioServerParameters,
+    config: Path,
+    data_home: Path,
+    executes: int,
+    report: dict[str, Any],
+    other_pids: list[int],
+) -> list[float]:
+    """Fill ``report`` with the measured gateway's figures; the others' RSS."""
+    shared = None
     async with Client(params) as client:
         await client.list_tools()
         pid = gateway_pid(config)
@@ -153,15 +193,17 @@ async def measure(
         report["threads"] = thread_count(pid)
         report["file_top_mb"] = file_top_mb(pid)
         report["children_mb"] = children_mb(pid)
+        others = [memory_mb(pid)["VmRSS"] for pid in other_pids]
         shared = shared_model_pid(data_home)
         if shared is not None:
             report["shared_model_mb"] = memory_mb(shared)["VmRSS"]
-            report["total_mb"] = round(final["VmRSS"] + report["shared_model_mb"], 1)
+        total = final["VmRSS"] + sum(others) + report.get("shared_model_mb", 0.0)
+        report["total_mb"] = round(total, 1)
     if shared is not None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(shared, signal.SIGTERM)  # it would stop by itself once idle
     report["goal_mb"] = 150
-    return report
+    return others
 
 
 def main() -> None:
@@ -172,6 +214,9 @@ def main() -> None:
         "--migrated", action="store_true", help="measure a gateway on a migrated database"
     )
     parser.add_argument("--model-process", choices=["auto", "own", "shared"], default="auto")
+    parser.add_argument(
+        "--others", type=int, default=0, help="more gateways running meanwhile (agent windows)"
+    )
     options = parser.parse_args()
     if not TIME_SERVER.exists():
         sys.exit(f"{TIME_SERVER} is missing: run make install")
@@ -183,6 +228,7 @@ def main() -> None:
             options.executes,
             options.migrated,
             options.model_process,
+            options.others,
         )
     print(json.dumps(report))
 
