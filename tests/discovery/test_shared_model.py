@@ -83,6 +83,15 @@ def _shared(run_dir: Path, **options: object) -> SharedModel:
     return SharedModel(path, own=_own, start=start, **options)  # pyright: ignore[reportArgumentType]
 
 
+def _served(run_dir: Path) -> tuple[SharedModel, Path]:
+    """A model whose process runs (one embedding done) and the socket it serves on."""
+    model = _shared(run_dir)
+    model.embed(["warm"])
+    path = socket_path(run_dir)
+    assert path is not None
+    return model, path
+
+
 def test_the_shared_process_gives_the_vectors_of_the_model_in_this_process(run_dir: Path) -> None:
     model = _shared(run_dir)
     assert model.process == "the shared embedding process"  # not reached yet
@@ -251,10 +260,7 @@ HOSTILE_FRAMES = {
 def test_a_hostile_peer_gets_an_error_or_a_closed_connection_and_others_are_served(
     run_dir: Path, frame: bytes
 ) -> None:
-    model = _shared(run_dir)
-    model.embed(["warm"])
-    path = socket_path(run_dir)
-    assert path is not None
+    model, path = _served(run_dir)
     with _raw(path) as conn:
         conn.sendall(frame)
         conn.shutdown(socket.SHUT_WR)
@@ -276,16 +282,14 @@ def test_a_hostile_peer_gets_an_error_or_a_closed_connection_and_others_are_serv
 def test_a_request_over_the_bounds_is_refused_by_the_process(
     run_dir: Path, texts: list[str]
 ) -> None:
-    model = _shared(run_dir)
-    model.embed(["warm"])
-    path = socket_path(run_dir)
-    assert path is not None
+    model, path = _served(run_dir)
     with _raw(path) as conn:
         send_frame(conn, {"op": "embed", "texts": texts})
         header, payload = recv_frame(conn)
     assert header["ok"] is False
     assert payload == b""
     assert "at most" in header["error"]
+    np.testing.assert_array_equal(model.embed(["after"]), _own().embed(["after"]))
 
 
 def test_a_run_directory_too_deep_for_a_socket_puts_it_in_a_private_temporary_one(
@@ -323,10 +327,7 @@ def _closed(conn: socket.socket) -> bool:
 
 
 def test_connections_past_the_bound_are_closed_and_the_process_goes_on(run_dir: Path) -> None:
-    model = _shared(run_dir)
-    model.embed(["warm"])  # its connection is one of the bound
-    path = socket_path(run_dir)
-    assert path is not None
+    model, path = _served(run_dir)  # its connection is one of the bound
     extra = MAX_CONNECTIONS + 5
     conns = [_raw(path) for _ in range(extra)]
     try:
