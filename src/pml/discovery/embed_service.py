@@ -32,13 +32,14 @@ import time
 from collections.abc import Generator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Final, Protocol
-
-import numpy as np
-from numpy.typing import NDArray
+from typing import TYPE_CHECKING, Final, Protocol
 
 from pml.discovery.embed_wire import WireError, checked_texts, recv_frame, send_frame
 from pml.freed_memory import release_freed_memory
+
+if TYPE_CHECKING:  # numpy comes with the model: a process that leaves at once never loads it
+    import numpy as np
+    from numpy.typing import NDArray
 
 logger = logging.getLogger("pml.embed_service")
 
