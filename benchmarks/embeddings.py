@@ -1,6 +1,6 @@
 """Latency and throughput of the discovery embedder.
 
-    python benchmarks/embeddings.py [--queries 400] [--batch 256] [--embedder auto]
+    python benchmarks/embeddings.py [--queries 400] [--batch 256] [--embedder auto] [--shared]
 
 Loads the embedder (``load_embedder``; ``auto`` is the MiniLM model when installed; the load
 time includes building its runtime), then embeds short discovery queries (5-15 words, all
@@ -8,7 +8,9 @@ different) one at a time, and a batch of tool descriptions (~30 words each) in o
 hashing fallback is timed on the same queries. Prints one JSON object: {"model_id", "dim",
 "load_ms", "query_p50_ms", "query_p95_ms", "batch_texts_per_s", "rss_start_mb",
 "rss_loaded_mb", "rss_after_batch_mb", "hashing_query_p50_ms", ...}; the RSS values are
-the whole process's (Linux only, else null).
+the whole process's (Linux only, else null). ``--shared``: through the shared embedding
+process (``model_process = "shared"``), started in a temporary run directory (the load time
+is its start; it stops by itself once idle).
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ import argparse
 import json
 import random
 import statistics
+import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Literal, cast
 
 from pml.discovery.embedder import DeferredMiniLm, Embedder, HashingEmbedder, load_embedder
+from pml.discovery.shared_model import SharedModel
 
 _VERBS = (
     "read",
@@ -172,14 +177,18 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=400)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--embedder", choices=("auto", "minilm", "hashing"), default="auto")
+    parser.add_argument("--shared", action="store_true", help="through the shared process")
     args = parser.parse_args()
     choice = cast(Literal["auto", "minilm", "hashing"], args.embedder)
 
     rss_start = rss_mb()
     start = time.perf_counter()
-    embedder = load_embedder(choice)
+    shared_in = Path(tempfile.mkdtemp(prefix="pml-bench-")) if args.shared else None
+    embedder = load_embedder(choice, shared_in=shared_in)
     if isinstance(embedder, DeferredMiniLm):
         embedder.model()  # the runtime is built on first use: count it
+    elif isinstance(embedder, SharedModel):
+        embedder.embed(["start"])  # the process is started on first use: count it
     load_ms = (time.perf_counter() - start) * 1000
     rss_loaded = rss_mb()
 
@@ -197,6 +206,7 @@ def main() -> None:
         json.dumps(
             {
                 "model_id": embedder.model_id,
+                "shared": args.shared,
                 "dim": embedder.dim,
                 "load_ms": round(load_ms, 1),
                 "queries": len(times),
