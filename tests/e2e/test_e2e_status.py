@@ -118,6 +118,9 @@ async def test_status_shows_a_stdio_gateways_live_states_then_says_it_stopped(
         assert text.returncode == 0, text.stderr
         assert f"running: pid {gateway.pid} (stdio)" in flat(text.stdout)
         assert "upstream servers (live)" in text.stdout
+        # a stdio gateway leaves the model to the shared embedding process (the default)
+        assert section["embedding_process"].startswith("the shared embedding process")
+        assert f"{section['embedding_model']} in the shared embedding process" in flat(text.stdout)
     after = await anyio.to_thread.run_sync(status_json, config)
     text = await anyio.to_thread.run_sync(pml_status, config)
 

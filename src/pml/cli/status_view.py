@@ -93,7 +93,7 @@ def _gateway_lines(report: dict[str, Any]) -> list[Text]:
                 f"running: pid {gateway['pid']} ({gateway['transport']}), "
                 f"up {_duration(gateway['uptime_s'])}"
                 + (f", embedding model {model}" if model else "")
-                + (f" in {gateway['embedding_process']}" if gateway["embedding_process"] else "")
+                + (f" in {where}" if model and (where := gateway["embedding_process"]) else "")
                 + "; servers as it sees them now",
             )
         )
