@@ -1,9 +1,9 @@
 """The embedding model as served by the shared embedding process (``embed_service``).
 
-    model = SharedModel(socket_path(), own=lambda: load_embedder("minilm"))
+    model = SharedModel(socket_path(run_dir), own=lambda: load_embedder("minilm"))
     vectors = model.embed(["read a file"])   # the same rows as the model in this process
 
-The first ``embed`` connects to the process on ``socket_path()``, starting it when nothing
+The first ``embed`` connects to the process on that socket, starting it when nothing
 answers there (it outlives this gateway while other gateways use it, then stops by itself).
 Connections are kept for the next calls, one per concurrent caller. Whenever the process
 cannot be started, reached or understood, the model is loaded in this process (``own``),
