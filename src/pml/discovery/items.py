@@ -2,6 +2,7 @@
 
     item = tool_item(upstream_tool)            # key, texts to embed and to index, entry
     result = render(hit, routing="local")      # one pml_discover result (SPEC §7)
+    hidden(policy, request, hit)               # the policy forbids it (or a tool it uses)
 
 A tool is described by its server, its name (identifier words split) and its description;
 its parameter names are searchable words too. A capability by its intent, display name,
@@ -23,15 +24,19 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from pml.discovery.index import Entry, Hit
 from pml.discovery.lean import lean_schema, short_description
 from pml.discovery.text import words
 from pml.discovery.views import MAX_VIEWS
+from pml.registry.fqdn import is_fqdn
 from pml.registry.reliability import Reliability
 from pml.storage.discovery_repo import CapabilityRow
 from pml.upstream.base import UpstreamTool
+
+if TYPE_CHECKING:
+    from pml.policy.enforcer import PolicyEnforcer, RequestPolicy
 
 EMBED_DESCRIPTION_CHARS: Final = 500
 INDEX_DESCRIPTION_CHARS: Final = 4000
@@ -226,3 +231,16 @@ def render(hit: Hit, *, routing: str) -> dict[str, Any]:
     if row.named:
         result["toolName"] = row.tool_name
     return result | (row.deprecation or {})
+
+
+def hidden(policy: PolicyEnforcer, request: RequestPolicy, hit: Hit) -> bool:
+    """A tool the policy forbids, or a capability that uses one."""
+    payload = hit.entry.payload
+    if isinstance(payload, UpstreamTool):
+        return policy.hides(request, payload.server, payload.name)
+    used = cast("CapabilityRow", payload).tools_used
+    for address in used:
+        server, _, tool = address.partition(":")
+        if tool and not is_fqdn(address) and policy.hides(request, server, tool):
+            return True
+    return False

@@ -7,8 +7,9 @@
 
 The index is built from the upstream pool's tools and the database's capabilities; their
 vectors are stored (``discovery_vectors``), so a restart or another replica embeds only what
-is new. Before a search (at most every ``refresh_interval_s``, and at once after a change
-was announced) the index reads the capabilities changed since its last look (one indexed
+is new, and replicas that start together share the embedding (``pml.discovery.filling``).
+Before a search (at most every ``refresh_interval_s``, and at once after a change was
+announced) the index reads the capabilities changed since its last look (one indexed
 query) and those announced as changed, here or — through PostgreSQL ``NOTIFY`` — by another
 replica. Usage and success counts, which change on every run, are re-read every
 ``STATS_INTERVAL_S``; a full reconciliation every ``RECONCILE_INTERVAL_S`` catches a change
@@ -18,13 +19,14 @@ stored vectors of texts no item shows any more (``pml.discovery.pruning``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import anyio.to_thread
@@ -34,12 +36,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from pml.discovery.background import embed_in_background
 from pml.discovery.base import KindFilter
 from pml.discovery.embedder import Embedder
+from pml.discovery.filling import Wanted, decoded, fill
 from pml.discovery.index import Hit, HybridIndex, Vector
 from pml.discovery.items import (
     Item,
     below_replacements,
     capability_item,
     capability_key,
+    hidden,
     render,
     text_hash,
     tool_item,
@@ -48,19 +52,18 @@ from pml.discovery.pruning import live_views, prune_stored_views, view_key
 from pml.discovery.text import terms
 from pml.errors import PmlError
 from pml.registry.changes import CapabilityChange
-from pml.registry.fqdn import is_fqdn
 from pml.registry.models import RoutingRules
 from pml.registry.reliability import Reliability
 from pml.registry.routing import server_routing
 from pml.registry.scope import Scope
 from pml.storage.database import Database
 from pml.storage.discovery_repo import SqlDiscoveryRepository
+from pml.storage.embed_claims import embed_claim
 from pml.storage.types import utc_now
-from pml.upstream.base import ToolSource, UpstreamTool
+from pml.upstream.base import ToolSource
 
 if TYPE_CHECKING:
-    from pml.policy.enforcer import PolicyEnforcer, RequestPolicy
-    from pml.storage.discovery_repo import CapabilityRow
+    from pml.policy.enforcer import PolicyEnforcer
 
 logger = logging.getLogger(__name__)
 
@@ -171,9 +174,7 @@ class DiscoveryService:
         if policy is None:
             return below_replacements(hits)
         request = await policy.begin(scope, intent, source="pml_discover")
-        return below_replacements(
-            [hit for hit in hits if not _hidden(policy, request, hit)][:limit]
-        )
+        return below_replacements([hit for hit in hits if not hidden(policy, request, hit)][:limit])
 
     async def refresh(self, *, force: bool = False) -> None:
         """Bring the index up to date if it may be stale (see module)."""
@@ -278,27 +279,23 @@ class DiscoveryService:
         """Index ``items``, reusing the vectors already indexed or stored for the same text."""
         await self._embed_views(items)
         stored = self._stored or {}
-        missing: list[Item] = []
+        missing: dict[str, Item] = {}
         for item in items:
             key = item.entry.key
             current = self._index.get(key)
             if current is not None and current.text_hash == item.entry.text_hash:
                 self._place(item, None)
                 continue
-            saved = stored.get(item.entry.key)
-            if saved is not None and saved[0] == item.entry.text_hash:
-                vector = np.frombuffer(saved[1], dtype="<f4")
-                if vector.shape == (self._embedder.dim,):
-                    self._place(item, vector.astype(np.float32))
-                    continue
-            missing.append(item)
-        for start in range(0, len(missing), EMBED_BATCH):
-            batch = missing[start : start + EMBED_BATCH]
-            texts = [item.embed_text for item in batch]
-            vectors = await embed_in_background(self._embedder.embed, texts)
-            for item, vector in zip(batch, vectors, strict=True):
+            vector = decoded(stored.get(key), item.entry.text_hash, self._embedder.dim)
+            if vector is not None:
                 self._place(item, vector)
-            await self._save([(item.entry.key, item.entry.text_hash) for item in batch], vectors)
+            else:
+                missing[key] = item
+        wanted = [
+            Wanted(key, item.entry.text_hash, item.embed_text) for key, item in missing.items()
+        ]
+        async for done, vector in self._fill(wanted):
+            self._place(missing[done.key], vector)
 
     def _place(self, item: Item, vector: Vector | None) -> None:
         """Put ``item`` in the index: its terms when its text changed, its views when they
@@ -319,28 +316,41 @@ class DiscoveryService:
     async def _embed_views(self, items: Sequence[Item]) -> None:
         """Have the vector of every view of ``items`` in ``_view_vectors``: one already held,
         stored (``text:<hash>``) or embedded now (each distinct text once)."""
-        stored = self._stored or {}
-        missing: dict[str, str] = {}
+        stored, dim = self._stored or {}, self._embedder.dim
+        missing: dict[str, Wanted] = {}
         for item in items:
             for view in item.views:
                 digest = text_hash(view)
                 if digest in self._view_vectors or digest in missing:
                     continue
-                saved = stored.get(view_key(digest))
-                if saved is not None and saved[0] == digest:
-                    vector = np.frombuffer(saved[1], dtype="<f4")
-                    if vector.shape == (self._embedder.dim,):
-                        self._view_vectors[digest] = vector.astype(np.float32)
-                        continue
-                missing[digest] = view
-        pending = list(missing.items())
-        for start in range(0, len(pending), EMBED_BATCH):
-            batch = pending[start : start + EMBED_BATCH]
-            texts = [text for _, text in batch]
-            vectors = await embed_in_background(self._embedder.embed, texts)
-            for (digest, _), vector in zip(batch, vectors, strict=True):
-                self._view_vectors[digest] = vector
-            await self._save([(view_key(digest), digest) for digest, _ in batch], vectors)
+                vector = decoded(stored.get(view_key(digest)), digest, dim)
+                if vector is not None:
+                    self._view_vectors[digest] = vector
+                else:
+                    missing[digest] = Wanted(view_key(digest), digest, view)
+        async for done, vector in self._fill(list(missing.values())):
+            self._view_vectors[done.digest] = vector
+
+    def _fill(self, wanted: Sequence[Wanted]) -> AsyncIterator[tuple[Wanted, Vector]]:
+        """Embed ``wanted`` on the background thread, storing each batch, using what another
+        replica stored meanwhile (``pml.discovery.filling``)."""
+        embed, dim = (
+            functools.partial(embed_in_background, self._embedder.embed),
+            self._embedder.dim,
+        )
+        return fill(
+            wanted,
+            embed=embed,
+            stored=self._stored_of,
+            save=self._save,
+            dim=dim,
+            batch=EMBED_BATCH,
+            claim=lambda keys, wait: embed_claim(self._db, self.model_id, keys, wait=wait),
+        )
+
+    async def _stored_of(self, keys: list[str]) -> dict[str, tuple[str, bytes]]:
+        async with self._step(write=False) as conn:
+            return await SqlDiscoveryRepository(conn).vectors_of(self.model_id, keys)
 
     async def _save(self, keys: Sequence[tuple[str, str]], vectors: Vector) -> None:
         """Store vectors under ``(item key, text hash)``."""
@@ -384,16 +394,3 @@ class DiscoveryService:
             return ""
         server = hit.entry.key.split(":", 2)[1]
         return server_routing(server, self.routing.cloud, self.routing.local)
-
-
-def _hidden(policy: PolicyEnforcer, request: RequestPolicy, hit: Hit) -> bool:
-    """A tool the policy forbids, or a capability that uses one."""
-    payload = hit.entry.payload
-    if isinstance(payload, UpstreamTool):
-        return policy.hides(request, payload.server, payload.name)
-    used = cast("CapabilityRow", payload).tools_used
-    for address in used:
-        server, _, tool = address.partition(":")
-        if tool and not is_fqdn(address) and policy.hides(request, server, tool):
-            return True
-    return False

@@ -122,6 +122,18 @@ class SqlDiscoveryRepository:
         )
         return {key: (text_hash, bytes(blob)) for key, text_hash, blob in result}
 
+    async def vectors_of(self, model: str, keys: Sequence[str]) -> dict[str, tuple[str, bytes]]:
+        """The stored vectors of ``keys`` made by ``model`` (as ``vectors``; a few keys)."""
+        if not keys:
+            return {}
+        v = vectors.c
+        result = await self.conn.execute(
+            sa.select(v.item_key, v.text_hash, v.vector).where(
+                v.model == model, v.item_key.in_(list(keys))
+            )
+        )
+        return {key: (text_hash, bytes(blob)) for key, text_hash, blob in result}
+
     async def save_vectors(
         self, model: str, rows: Sequence[tuple[str, str, bytes]], now: datetime
     ) -> None:

@@ -1,0 +1,116 @@
+"""Claims on batches of texts to embed: one replica at a time holds a batch (PostgreSQL
+advisory locks), a waiter gets it when the holder ends, and a claim that cannot be had in
+time is this process's all the same (the work is done twice, never stopped)."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import pytest
+
+from pml.storage import embed_claims
+from pml.storage.database import Database
+from pml.storage.embed_claims import claim_key, embed_claim
+
+pytestmark = pytest.mark.anyio
+
+MODEL = "minilm-l6-v2/onnx-int8/2"
+KEYS = ["tool:fs:read", "tool:fs:write", "text:" + "a" * 64]
+
+
+def test_the_key_is_the_same_for_the_same_batch_and_differs_otherwise() -> None:
+    assert claim_key(MODEL, KEYS) == claim_key(MODEL, list(KEYS))
+    assert claim_key(MODEL, KEYS) != claim_key(MODEL, KEYS[:2])
+    assert claim_key(MODEL, KEYS) != claim_key("hashing/384/1", KEYS)
+    assert claim_key(MODEL, ["a\nb"]) != claim_key(MODEL, ["a", "b"])  # no ambiguous joins
+    assert -(2**63) <= claim_key(MODEL, ["\ud800 lone surrogate", "é", ""]) < 2**63
+
+
+async def test_on_sqlite_every_claim_is_this_processes(sqlite_url: str) -> None:
+    db = await Database.open(sqlite_url)
+    try:
+        async with (
+            embed_claim(db, MODEL, KEYS, wait=False) as first,
+            embed_claim(db, MODEL, KEYS, wait=False) as second,
+        ):
+            assert (first, second) == (True, True)
+    finally:
+        await db.close()
+
+
+@pytest.mark.postgres
+async def test_one_replica_holds_a_batch_and_a_waiter_gets_it_when_the_holder_ends(
+    postgres_url: str,
+) -> None:
+    first, second = await Database.open(postgres_url), await Database.open(postgres_url)
+    try:
+        async with embed_claim(first, MODEL, KEYS, wait=False) as mine:
+            assert mine is True
+            async with embed_claim(second, MODEL, KEYS, wait=False) as theirs:
+                assert theirs is False  # held by the first
+            async with embed_claim(second, MODEL, KEYS[:2], wait=False) as other:
+                assert other is True  # another batch
+        async with embed_claim(second, MODEL, KEYS, wait=False) as again:
+            assert again is True  # released when the first's claim ended
+
+        released_at: list[float] = []
+        got_at = 0.0
+
+        async def holder(ready: anyio.Event) -> None:
+            async with embed_claim(first, MODEL, KEYS, wait=False) as held:
+                assert held is True
+                ready.set()
+                await anyio.sleep(0.3)
+                released_at.append(time.monotonic())
+
+        async with anyio.create_task_group() as tasks:
+            ready = anyio.Event()
+            tasks.start_soon(holder, ready)
+            await ready.wait()
+            async with embed_claim(second, MODEL, KEYS, wait=True) as waited:
+                got_at = time.monotonic()
+                assert waited is True
+        assert got_at >= released_at[0]
+    finally:
+        await first.close()
+        await second.close()
+
+
+@pytest.mark.postgres
+async def test_a_wait_past_its_limit_counts_as_this_processes(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(embed_claims, "WAIT_S", 1)
+    first, second = await Database.open(postgres_url), await Database.open(postgres_url)
+    try:
+        async with embed_claim(first, MODEL, KEYS, wait=False) as held:
+            assert held is True
+            started = time.monotonic()
+            async with embed_claim(second, MODEL, KEYS, wait=True) as mine:
+                waited = time.monotonic() - started
+                assert mine is True  # embedded here after all: done twice, never stopped
+            assert 0.9 < waited < 5
+        # the failed wait left nothing behind: the batch can be claimed at once
+        async with embed_claim(second, MODEL, KEYS, wait=False) as again:
+            assert again is True
+    finally:
+        await first.close()
+        await second.close()
+
+
+@pytest.mark.postgres
+async def test_a_claim_is_released_when_the_body_fails_or_is_cancelled(postgres_url: str) -> None:
+    first, second = await Database.open(postgres_url), await Database.open(postgres_url)
+    try:
+        with pytest.raises(RuntimeError, match="embedding failed"):
+            async with embed_claim(first, MODEL, KEYS, wait=False):
+                raise RuntimeError("embedding failed")
+        with anyio.move_on_after(0.2):
+            async with embed_claim(first, MODEL, KEYS, wait=False):
+                await anyio.sleep(5)
+        async with embed_claim(second, MODEL, KEYS, wait=False) as mine:
+            assert mine is True
+    finally:
+        await first.close()
+        await second.close()
