@@ -96,13 +96,8 @@ def _scan_and_plan(code: str) -> tuple[Scan, Plan, str]:
         raise _too_deep() from None
 
 
-def analyze_snippet(code: str, *, max_code_bytes: int = DEFAULT_MAX_CODE_BYTES) -> SnippetAnalysis:
-    """Check and analyse a snippet.
-
-    Raises ``CodeTooLarge`` (checked first), ``CodeSyntaxError``, or ``InvalidInput`` for code
-    that is not a string or breaks an ``mcp`` rule (positional arguments to a tool, dynamic
-    tool names, ``mcp`` rebound).
-    """
+def check_code(code: str, max_code_bytes: int) -> None:
+    """``InvalidInput`` for code that is not a string, ``CodeTooLarge`` past the limit."""
     if not isinstance(code, str):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise InvalidInput("code must be a string", field="code")
     size = len(code.encode("utf-8", "surrogatepass"))
@@ -112,6 +107,16 @@ def analyze_snippet(code: str, *, max_code_bytes: int = DEFAULT_MAX_CODE_BYTES) 
             size=size,
             max=max_code_bytes,
         )
+
+
+def analyze_snippet(code: str, *, max_code_bytes: int = DEFAULT_MAX_CODE_BYTES) -> SnippetAnalysis:
+    """Check and analyse a snippet.
+
+    Raises ``CodeTooLarge`` (checked first), ``CodeSyntaxError``, or ``InvalidInput`` for code
+    that is not a string or breaks an ``mcp`` rule (positional arguments to a tool, dynamic
+    tool names, ``mcp`` rebound).
+    """
+    check_code(code, max_code_bytes)
     scan, plan, code_hash = _scan_and_plan(code)
     lifted, parameters = _without_secrets(code, plan)
     return SnippetAnalysis(

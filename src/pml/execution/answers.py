@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Protocol
 
-from pml.analysis.snippet import SnippetAnalysis, analyze_snippet
+from pml.analysis.snippet import SnippetAnalysis, analyze_snippet, check_code
 from pml.config import SandboxSettings
 from pml.errors import ExecutionFailed, PmlError
 from pml.execution.caller import Budget
@@ -21,13 +21,21 @@ from pml.sandbox.base import RunOutcome
 ANALYSIS_CACHE_SIZE = 128
 
 
-@functools.lru_cache(maxsize=ANALYSIS_CACHE_SIZE)
 def cached_analysis(code: str, max_code_bytes: int) -> SnippetAnalysis:
     """Analyses are immutable: a snippet run again (or a capability called by name) reuses one.
 
-    Only successes are cached (``lru_cache`` does not keep raised errors).
+    The cache is keyed by the code alone and the size limit checked on every call: a
+    hand-off (checked against ``[sandbox] max_code_bytes``) and the trace that ends it
+    (stored code, checked against its own size) share one analysis. Only successes are
+    cached (``lru_cache`` does not keep raised errors).
     """
-    return analyze_snippet(code, max_code_bytes=max_code_bytes)
+    check_code(code, max_code_bytes)
+    return _analysis(code)
+
+
+@functools.lru_cache(maxsize=ANALYSIS_CACHE_SIZE)
+def _analysis(code: str) -> SnippetAnalysis:
+    return analyze_snippet(code, max_code_bytes=len(code.encode("utf-8", "surrogatepass")))
 
 
 def stored_analysis(code: str, fqdn: str, max_code_bytes: int) -> SnippetAnalysis:
