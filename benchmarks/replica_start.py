@@ -1,8 +1,10 @@
 """Replicas of one PostgreSQL database building their discovery index at the same moment.
 
     python benchmarks/replica_start.py [--replicas 3] [--capabilities 1000] [--embedder auto]
+                                       [--sqlite]
 
-A fresh PostgreSQL database (``PML_TEST_POSTGRES_URL``, default the local server) is given
+A fresh PostgreSQL database (``PML_TEST_POSTGRES_URL``, default the local server; with
+``--sqlite`` a SQLite file, as the local gateways of one user share) is given
 ``--capabilities`` learned capabilities (the synthetic generator of the quality tests). Then
 ``--replicas`` processes start at once, each as ``pml serve --http`` starts its index: its
 own embedder (the shipped model, own process), the reference servers' 51 tools
@@ -25,8 +27,10 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -108,15 +112,26 @@ def start(url: str, count: int, embedder_choice: str) -> list[dict[str, Any]]:
     return results
 
 
+@asynccontextmanager
+async def fresh_database(sqlite: bool) -> AsyncGenerator[str]:
+    if not sqlite:
+        async with throwaway_database() as url:
+            yield url
+        return
+    with tempfile.TemporaryDirectory(prefix="pml-replica-start-") as folder:
+        yield f"sqlite:///{Path(folder) / 'pml.db'}"
+
+
 async def run(options: argparse.Namespace) -> dict[str, Any]:
-    async with throwaway_database() as url:
+    async with fresh_database(options.sqlite) as url:
         await prepared(url, options.capabilities)
         together = start(url, options.replicas, options.embedder)
-    async with throwaway_database() as url:
+    async with fresh_database(options.sqlite) as url:
         await prepared(url, options.capabilities)
         alone = start(url, 1, options.embedder)[0]
     total = sum(result["embedded"] for result in together)
     return {
+        "backend": "sqlite" if options.sqlite else "postgresql",
         "replicas": options.replicas,
         "capabilities": options.capabilities,
         "items": alone["items"],
@@ -135,6 +150,7 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, default=3)
     parser.add_argument("--capabilities", type=int, default=1000)
     parser.add_argument("--embedder", default="auto", choices=["auto", "minilm", "hashing"])
+    parser.add_argument("--sqlite", action="store_true", help="a SQLite file, not PostgreSQL")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--start-at", type=float, default=0.0, help=argparse.SUPPRESS)
     options = parser.parse_args()
