@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 from discovery.counting import Counting
 from discovery.quality import StaticTools
 from discovery.test_discovery_service import ME
-from pml.discovery.filling import Wanted, decoded, fill
+from pml.discovery.filling import Filler, Wanted, decoded
 from pml.discovery.index import Vector
 from pml.discovery.service import DiscoveryService
 from pml.errors import StorageError
@@ -59,20 +59,19 @@ class Recorder:
         self.saved.append(keys)
 
     async def run(self, wanted: list[Wanted], batch: int) -> dict[str, Vector]:
-        out: dict[str, Vector] = {}
-        rng = random.Random(7)
-        async for item, vector in fill(
-            wanted,
-            embed=self.embed,
-            stored=self.stored,
-            save=self.save,
-            dim=DIM,
-            batch=batch,
-            rng=rng,
-        ):
-            assert item.key not in out, "each wanted text is given once"
-            out[item.key] = vector
-        return out
+        return await placed(Filler(self.embed, self.stored, self.save, DIM, batch), wanted)
+
+
+async def placed(filler: Filler, wanted: list[Wanted]) -> dict[str, Vector]:
+    """What ``filler`` places for ``wanted`` (batches shuffled by seed 7), each once."""
+    out: dict[str, Vector] = {}
+
+    def place(item: Wanted, vector: Vector) -> None:
+        assert item.key not in out, "each wanted text is placed once"
+        out[item.key] = vector
+
+    await filler.fill(wanted, place, rng=random.Random(7))
+    return out
 
 
 def _wanted(count: int) -> list[Wanted]:
@@ -142,18 +141,8 @@ async def test_a_batch_claimed_elsewhere_is_left_for_the_end_and_read_back() -> 
         if held_elsewhere:  # the holder stores the batch while this process does the others
             recorder.store.update({key: (f"h{key[1:]}", _vector(0.5)) for key in keys})
 
-    out: dict[str, Vector] = {}
-    async for item, vector in fill(
-        wanted,
-        embed=recorder.embed,
-        stored=recorder.stored,
-        save=recorder.save,
-        dim=DIM,
-        batch=3,
-        claim=claim,
-        rng=random.Random(7),
-    ):
-        out[item.key] = vector
+    filler = Filler(recorder.embed, recorder.stored, recorder.save, DIM, 3, claim=claim)
+    out = await placed(filler, wanted)
     assert sorted(out) == sorted(item.key for item in wanted)
     assert [wait for _, wait in claims] == [False, False, False, True]
     assert claims[-1][0] == ["k3", "k4", "k5"]
@@ -240,3 +229,25 @@ async def test_two_replicas_starting_together_share_the_embedding(database_url: 
     finally:
         await first_db.close()
         await second_db.close()
+
+
+async def test_a_failed_embedding_ends_its_claim_and_the_fill() -> None:
+    held: list[str] = []
+
+    @asynccontextmanager
+    async def claim(keys: list[str], wait: bool) -> AsyncGenerator[bool]:
+        held.append("taken")
+        try:
+            yield True
+        finally:
+            held.append("ended")
+
+    async def broken(texts: list[str]) -> Vector:
+        raise RuntimeError("the model is gone")
+
+    recorder = Recorder()
+    filler = Filler(broken, recorder.stored, recorder.save, DIM, 2, claim=claim)
+    with pytest.raises(RuntimeError, match="the model is gone"):
+        await placed(filler, _wanted(5))
+    assert held == ["taken", "ended"]
+    assert recorder.saved == []

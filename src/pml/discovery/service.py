@@ -23,7 +23,7 @@ import functools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -36,7 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from pml.discovery.background import embed_in_background
 from pml.discovery.base import KindFilter
 from pml.discovery.embedder import Embedder
-from pml.discovery.filling import Wanted, decoded, fill
+from pml.discovery.filling import Filler, Place, Wanted, decoded
 from pml.discovery.index import Hit, HybridIndex, Vector
 from pml.discovery.items import (
     Item,
@@ -294,8 +294,7 @@ class DiscoveryService:
         wanted = [
             Wanted(key, item.entry.text_hash, item.embed_text) for key, item in missing.items()
         ]
-        async for done, vector in self._fill(wanted):
-            self._place(missing[done.key], vector)
+        await self._fill(wanted, lambda done, vector: self._place(missing[done.key], vector))
 
     def _place(self, item: Item, vector: Vector | None) -> None:
         """Put ``item`` in the index: its terms when its text changed, its views when they
@@ -328,25 +327,23 @@ class DiscoveryService:
                     self._view_vectors[digest] = vector
                 else:
                     missing[digest] = Wanted(view_key(digest), digest, view)
-        async for done, vector in self._fill(list(missing.values())):
-            self._view_vectors[done.digest] = vector
+        views = self._view_vectors
+        await self._fill(
+            list(missing.values()), lambda done, vector: views.update({done.digest: vector})
+        )
 
-    def _fill(self, wanted: Sequence[Wanted]) -> AsyncIterator[tuple[Wanted, Vector]]:
+    async def _fill(self, wanted: Sequence[Wanted], place: Place) -> None:
         """Embed ``wanted`` on the background thread, storing each batch, using what another
         replica stored meanwhile (``pml.discovery.filling``)."""
-        embed, dim = (
-            functools.partial(embed_in_background, self._embedder.embed),
-            self._embedder.dim,
-        )
-        return fill(
-            wanted,
-            embed=embed,
+        model, embedder = self.model_id, self._embedder
+        await Filler(
+            embed=functools.partial(embed_in_background, embedder.embed),
             stored=self._stored_of,
             save=self._save,
-            dim=dim,
+            dim=embedder.dim,
             batch=EMBED_BATCH,
-            claim=lambda keys, wait: embed_claim(self._db, self.model_id, keys, wait=wait),
-        )
+            claim=lambda keys, wait: embed_claim(self._db, model, keys, wait=wait),
+        ).fill(wanted, place)
 
     async def _stored_of(self, keys: list[str]) -> dict[str, tuple[str, bytes]]:
         async with self._step(write=False) as conn:
