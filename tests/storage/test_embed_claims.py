@@ -113,28 +113,25 @@ async def test_claims_of_one_process_never_exclude_each_other_and_memory_has_non
     sqlite_url: str,
 ) -> None:
     for url in (sqlite_url, "sqlite:///:memory:"):
-        db = await Database.open(url)
-        try:
-            async with (
-                embed_claim(db, MODEL, KEYS, wait=False) as first,
-                embed_claim(db, MODEL, KEYS, wait=False) as second,
-            ):
-                assert (first, second) == (True, True)
-        finally:
-            await db.close()
+        assert await _two_claims_at_once(url, wait=False) == (True, True)
 
 
 async def test_a_claims_file_that_cannot_be_opened_leaves_the_work_here(
     sqlite_url: str, tmp_path: Path
 ) -> None:
     (tmp_path / "pml.db-embed-claims").mkdir()  # not a file: opening it fails, even as root
-    db = await Database.open(sqlite_url)
+    assert await _two_claims_at_once(sqlite_url, wait=True) == (True, True)
+
+
+async def _two_claims_at_once(url: str, *, wait: bool) -> tuple[bool, bool]:
+    """The same batch claimed twice by this process, the second with ``wait``."""
+    db = await Database.open(url)
     try:
         async with (
             embed_claim(db, MODEL, KEYS, wait=False) as first,
-            embed_claim(db, MODEL, KEYS, wait=True) as second,
+            embed_claim(db, MODEL, KEYS, wait=wait) as second,
         ):
-            assert (first, second) == (True, True)
+            return first, second
     finally:
         await db.close()
 
