@@ -220,8 +220,8 @@ class Parking:
         self._parks.pop(park.ident, None)
 
     async def _answer(self, park: Park) -> HandlerResult:
-        try:
-            with anyio.fail_after(park.wait_s):
+        try:  # the run's next step after an answer: ``wait_s``, 5 s at least, as below
+            with anyio.fail_after(max(park.wait_s, KEEP_RESULT_S)):
                 await park.changed()
         except TimeoutError:
             park.cancel.cancel()
