@@ -7,6 +7,7 @@ with the lifted secrets passed as ``args``; both must compute the same ``result`
 from __future__ import annotations
 
 import ast
+import random
 from typing import Any
 
 import pytest
@@ -416,3 +417,50 @@ def test_an_args_get_default_of_bytes_is_lifted_and_its_key_stays() -> None:
     assert same_result(nested, {"secret": SK}) == (
         "result = f\"{args.get('k', args['secret'].encode())}\"\n"
     )
+
+
+_GLUED = [
+    'result = "{a}" + "{b}{c}"\n',
+    'result = "{a}" + "{b}" + "{c}"\n',
+    'result = ("{a}" + "{b}") + "{c}"\n',
+    'result = "".join(["{a}", "{b}", "{c}"])\n',
+    'result = "{a}{{}}{{}}".format("{b}", "{c}")\n',
+    'result = "{a}%s" % "{b}{c}"\n',
+    "result = f\"{a}{{'{b}'}}{c}\"\n",
+    'result = (b"{a}" + b"{b}{c}").decode()\n',
+    'result = ("{a}" + "{b}{c}").strip()\n',
+    'token = "{a}" + "{b}"\nresult = await mcp.gh.get(token=token + "{c}")\n',
+    'result = await mcp.gh.get(auth="{a}" + "{b}{c}")\n',
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    place=st.sampled_from(_GLUED),
+    seed=st.integers(0, 2**32),
+    cuts=st.tuples(st.integers(4, 20), st.integers(21, 35)),
+)
+def test_no_piece_of_a_token_cut_in_pieces_is_stored(
+    place: str, seed: int, cuts: tuple[int, int]
+) -> None:
+    """Lifting one piece of a glued credential used to leave the others in the code."""
+    alphabet = "ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnpqrstuvwxyz23456789"
+    rng = random.Random(seed)
+    body = "".join(rng.choice(alphabet) for _ in range(36))  # the shape of a real one
+    secret = f"ghp_{body}"
+    first, second = cuts
+    code = place.format(a=secret[:first], b=secret[first:second], c=secret[second:])
+    kept = stored(code)
+    pieces = {body[i : i + 8] for i in range(len(body) - 7)}  # 8 characters: ~40 bits
+    assert not [piece for piece in pieces if piece in kept], kept
+    assert find_secret(kept) is None
+
+
+def test_a_part_that_holds_a_whole_secret_is_lifted_alone_and_its_template_stays() -> None:
+    assert same_result(f'result = "token=%s" % "{SK}"\n', {"secret": SK}) == (
+        'result = "token=%s" % args["secret"]\n'
+    )
+    glued = f'result = "Bearer " + "{SK[:5]}" + "{SK[5:]}"\n'
+    assert same_result(glued, {"result": f"Bearer {SK}"}) == 'result = args["result"]\n'
+    field = f"result = f\"{{'{SK[:6]}' + '{SK[6:]}'}} ok\"\n"
+    assert same_result(field, {"secret": SK}) == "result = f\"{args['secret']} ok\"\n"

@@ -28,6 +28,8 @@ import re
 import string
 from typing import Final
 
+from pml.analysis.secret_text import secret_spans
+
 MAX_FOLDED: Final = 65_536
 MAX_DEPTH: Final = 64
 
@@ -180,3 +182,34 @@ def folded_text(node: ast.expr) -> Text | None:
 def is_compound(node: ast.expr) -> bool:
     """Whether ``node`` is one of the folded forms (not a lone constant)."""
     return isinstance(node, ast.BinOp | ast.JoinedStr | ast.Call)
+
+
+def _text(value: Text) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def split_secret(node: ast.AST) -> bool:
+    """Whether ``node`` glues constants into a credential that no smaller part of it spells
+    (``"ghp_A1" + "b2..."``, ``"".join([...])``, ``f"ghp_A1{'b2...'}"``): such an
+    expression is lifted whole, since lifting one piece would leave the others, and part of
+    the credential, in the stored code. A part that spells a whole credential can be lifted
+    alone (``"token=%s" % "sk-..."`` keeps its template)."""
+    if not isinstance(node, ast.expr) or not is_compound(node):
+        return False
+    value = folded_text(node)
+    if value is None:
+        return False
+    text = _text(value)
+    spans = secret_spans(text)
+    if not spans:
+        return False
+    parts = [
+        _text(folded)
+        for part in ast.walk(node)
+        if part is not node
+        and isinstance(part, ast.expr)
+        and (folded := folded_text(part)) is not None
+    ]
+    return any(
+        not any(text[start:end] in part for part in parts) for start, end in spans
+    )

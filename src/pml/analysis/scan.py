@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pml.analysis.code_hash import canonical_dump
+from pml.analysis.folding import split_secret
 from pml.analysis.literals import literal_value
 from pml.analysis.secret_text import holds_secret
 from pml.analysis.source_map import SourceMap
@@ -325,7 +326,7 @@ class _Walker:
 
     def push_children(self, frame: _Frame) -> None:
         node = frame.node
-        if isinstance(node, ast.JoinedStr):
+        if isinstance(node, ast.JoinedStr) and not split_secret(node):
             self.push_fstring(node, frame)
             return
         contexts = binding_contexts(node)
@@ -337,7 +338,7 @@ class _Walker:
         # Constants in patterns cannot become expressions; dict keys are not secrets, nor are
         # bare string statements (docstrings): they do nothing when the code runs.
         docstring = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
-        skip_all = docstring or isinstance(node, ast.pattern)
+        skip_all = docstring or isinstance(node, ast.pattern) or split_secret(node)
         for child in reversed(list(ast.iter_child_nodes(node))):  # popped in source order
             context = frame.context if inherit else contexts.get(id(child), "")
             skip = skip_all or id(child) in keys or id(child) in self.handled

@@ -35,7 +35,7 @@ import ast
 from dataclasses import dataclass
 
 from pml.analysis.code_hash import canonical_dump, parse_snippet
-from pml.analysis.folding import folded_text, is_compound
+from pml.analysis.folding import folded_text, is_compound, split_secret
 from pml.analysis.fstring_secrets import fstring_rewrite
 from pml.analysis.lifting import Edit, Parameter
 from pml.analysis.scan import binding_contexts
@@ -97,7 +97,7 @@ class _Sweeper:
             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
                 self.statement(node.value)
                 continue
-            if isinstance(node, ast.JoinedStr):
+            if isinstance(node, ast.JoinedStr) and not split_secret(node):
                 self.fstring(node, context)
                 continue
             if isinstance(node, ast.expr) and self.lifted(node, context):
