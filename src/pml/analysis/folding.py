@@ -210,6 +210,4 @@ def split_secret(node: ast.AST) -> bool:
         and isinstance(part, ast.expr)
         and (folded := folded_text(part)) is not None
     ]
-    return any(
-        not any(text[start:end] in part for part in parts) for start, end in spans
-    )
+    return any(not any(text[start:end] in part for part in parts) for start, end in spans)
