@@ -17,6 +17,11 @@ database). Prints one JSON line:
      "series": [{"minute": 1.0, "calls": ..., "rss_mb": ..., ...}, ...],
      "rss_mb_per_10_min": {"first_half": ..., "second_half": ...}}
 
+``--python-heap`` also traces the gateway's Python allocations from the end of warm-up on
+(``tracemalloc``, through a ``sitecustomize`` on its ``PYTHONPATH``; the gateway runs slower
+then): each sample adds ``python_heap_mb``, what the Python objects allocated since warm-up
+and still alive hold, so RSS growth can be told apart from the allocator keeping freed memory.
+
 ``series`` samples the same every ``--sample-s`` seconds from the start; ``rss_mb_per_10_min``
 is the RSS slope (least squares) over the first and the second half of the samples taken
 after warm-up, so a leak shows as a slope that does not fall.
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -153,6 +159,44 @@ class Traffic:
         return "passthrough", "time__get_current_time", {"timezone": "Europe/Paris"}, False
 
 
+# Loaded by the gateway's interpreter (``--python-heap``); inert in every other process.
+_HEAP_PROBE = """
+import os, sys, threading, time
+if "serve" in sys.argv and "--http" in sys.argv:
+    def _probe():
+        import tracemalloc
+        time.sleep(float(os.environ["PML_SOAK_HEAP_AFTER_S"]))
+        tracemalloc.start(1)
+        while True:
+            with open(os.environ["PML_SOAK_HEAP_FILE"] + ".new", "w") as out:
+                out.write(str(tracemalloc.get_traced_memory()[0]))
+            os.replace(os.environ["PML_SOAK_HEAP_FILE"] + ".new", os.environ["PML_SOAK_HEAP_FILE"])
+            time.sleep(5)
+    threading.Thread(target=_probe, daemon=True, name="soak-heap-probe").start()
+"""
+
+
+def trace_python_heap(workdir: Path, after_s: float) -> Path:
+    """Make the gateway started next trace its Python heap after ``after_s``; the file it
+    writes the traced bytes to."""
+    probe = workdir / "heap_probe"
+    probe.mkdir()
+    (probe / "sitecustomize.py").write_text(_HEAP_PROBE)
+    heap_file = workdir / "python_heap.txt"
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(probe), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    os.environ["PML_SOAK_HEAP_FILE"] = str(heap_file)
+    os.environ["PML_SOAK_HEAP_AFTER_S"] = str(after_s)
+    return heap_file
+
+
+def python_heap_mb(heap_file: Path | None) -> dict[str, float]:
+    if heap_file is None or not heap_file.exists():
+        return {}
+    return {"python_heap_mb": round(int(heap_file.read_text()) / 1e6, 2)}
+
+
 async def soak(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     database = None if args.sqlite else f"pml_soak_{uuid.uuid4().hex[:8]}"
     start: dict[str, Any] = {}
@@ -171,9 +215,10 @@ async def soak(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             extra={"limits": {"key_rate_per_s": 0}},  # measure the gateway, not the limiter
         )
         keys = [create_key(config, "soak", "run", f"user{i}")["key"] for i in range(args.clients)]
+        total = args.minutes * 60
+        warmup = max(60.0, total / 10)
+        heap_file = trace_python_heap(workdir, warmup) if args.python_heap else None
         with pml_http(config, workdir / "gateway.log") as gateway:
-            total = args.minutes * 60
-            warmup = max(60.0, total / 10)
             traffic = Traffic(gateway.mcp_url, keys, time.monotonic() + total, args.distinct_new)
             began = time.monotonic()
 
@@ -183,6 +228,7 @@ async def soak(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                     "calls": len(traffic.latencies),
                     **sample(gateway.process.pid),
                     "db_connections": await db_connections(database),
+                    **python_heap_mb(heap_file),
                 }
 
             async def sampler() -> None:
@@ -266,6 +312,9 @@ def main() -> None:
     )
     parser.add_argument("--sqlite", action="store_true", help="a SQLite file, not PostgreSQL")
     parser.add_argument("--sample-s", type=float, default=60.0, help="seconds between samples")
+    parser.add_argument(
+        "--python-heap", action="store_true", help="trace the gateway's Python heap after warm-up"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pml-soak-") as folder:
         print(json.dumps(anyio.run(soak, args, Path(folder))), flush=True)

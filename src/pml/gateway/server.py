@@ -28,7 +28,9 @@ from pml import __version__
 from pml.config import Settings
 from pml.errors import InvalidInput, PmlError, Unauthorized
 from pml.execution.clients import ClientCaller, calling_as, client_from_headers
+from pml.freed_memory import release_periodically
 from pml.gateway.approval_edge import ApprovalEdge
+from pml.gateway.background import in_background
 from pml.gateway.capability_tools import CapabilityToolCatalog
 from pml.gateway.early_stdio import INSTRUCTIONS  # also the early answer's (early_stdio.py)
 from pml.gateway.handlers import service_handlers
@@ -258,6 +260,7 @@ async def open_gateway(
             registry.on_change(discovery.capability_changed)
             async with (
                 discovery.running(),
+                in_background(release_periodically),
                 surface.running(),
                 open_llm(settings.llm, api_key=llm_api_key) as llm,
                 open_policy(settings, db, llm) as policy,
