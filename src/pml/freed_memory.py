@@ -9,10 +9,10 @@ gateway never uses again. ``malloc_trim(0)`` returns them. A no-op outside glibc
 musl).
 
 A gateway that serves for days frees memory all the time, and glibc hands little of it
-back: in a 30-minute soak the resident size of a busy HTTP gateway kept rising by ~2 MB
-every 10 minutes while the Python objects it held stayed flat, and one ``malloc_trim``
-returned ~25 MB. So a gateway trims every ``RELEASE_INTERVAL_S`` (in a worker thread: it
-walks the heap, ~10-25 ms for a few hundred MB).
+back: in soaks the resident size of a busy HTTP gateway kept rising by 1-2 MB every 10
+minutes after warm-up while the Python objects it held stayed flat, and one ``malloc_trim``
+returned ~25 MB (docs/performance.md). So a gateway trims every ``RELEASE_INTERVAL_S`` (in
+a worker thread: it walks the heap, ~10-25 ms for a few hundred MB).
 """
 
 from __future__ import annotations
