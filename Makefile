@@ -33,8 +33,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/pyright
 
+# The suite runs in parallel, one worker per core (each test has its own databases, ports
+# and folders); TEST_WORKERS=0 runs it in this one process.
+TEST_WORKERS ?= auto
+
 unit: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS)
 
 test: lint typecheck unit
 
