@@ -7,18 +7,18 @@ stored_request(params)                               # a request as a paused run
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Protocol
 
 from pml.analysis.snippet import SnippetAnalysis, analyze_snippet, check_code
 from pml.config import SandboxSettings
 from pml.errors import ExecutionFailed, PmlError
+from pml.execution.analysis_cache import AnalysisCache
 from pml.execution.caller import Budget
 from pml.gateway.schemas import ExecuteParams
 from pml.registry.models import CapabilityRecord
 from pml.sandbox.base import RunOutcome
 
-ANALYSIS_CACHE_SIZE = 128
+ANALYSES = AnalysisCache()
 
 
 def cached_analysis(code: str, max_code_bytes: int) -> SnippetAnalysis:
@@ -27,15 +27,15 @@ def cached_analysis(code: str, max_code_bytes: int) -> SnippetAnalysis:
     The cache is keyed by the code alone and the size limit checked on every call: a
     hand-off (checked against ``[sandbox] max_code_bytes``) and the trace that ends it
     (stored code, checked against its own size) share one analysis. Only successes are
-    cached (``lru_cache`` does not keep raised errors).
+    cached, in ``ANALYSES`` (``pml.execution.analysis_cache``: thousands of snippets, a
+    bounded amount of text).
     """
     check_code(code, max_code_bytes)
-    return _analysis(code)
-
-
-@functools.lru_cache(maxsize=ANALYSIS_CACHE_SIZE)
-def _analysis(code: str) -> SnippetAnalysis:
-    return analyze_snippet(code, max_code_bytes=len(code.encode("utf-8", "surrogatepass")))
+    found = ANALYSES.get(code)
+    if found is not None:
+        return found
+    size = len(code.encode("utf-8", "surrogatepass"))
+    return ANALYSES.put(code, analyze_snippet(code, max_code_bytes=size))
 
 
 def stored_analysis(code: str, fqdn: str, max_code_bytes: int) -> SnippetAnalysis:
