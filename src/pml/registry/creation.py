@@ -27,6 +27,7 @@ from pml.registry.scope import Scope
 from pml.storage.capability_repo import SqlCapabilityRepository, resolve_reference
 from pml.storage.capability_writes import NewCapability, insert_if_free
 from pml.storage.database import Database
+from pml.storage.fresh_stats import table_grew
 
 # The routing of a capability a snippet calls (by FQDN or tool name), None if unknown.
 RoutingLookup = Callable[[str], Awaitable[Routing | None]]
@@ -175,7 +176,10 @@ async def create_if_free(
         quota=quota,
         notify=(CHANGES_CHANNEL, change.to_payload()),
     )
-    return record if await insert_if_free(db, new) else None
+    if not await insert_if_free(db, new):
+        return None
+    await table_grew(db)  # PostgreSQL's statistics, kept fresh through a burst
+    return record
 
 
 def first_use(

@@ -1,0 +1,101 @@
+"""PostgreSQL's statistics of the capability table follow a burst of creation, so a new
+capability's name checks read one index entry, not the whole project."""
+
+from __future__ import annotations
+
+import logging
+
+import asyncpg  # pyright: ignore[reportMissingTypeStubs]
+import pytest
+import sqlalchemy as sa
+
+from pml.registry.scope import Scope
+from pml.registry.service import CapabilityDraft, CapabilityRegistry
+from pml.storage import fresh_stats
+from pml.storage.database import Database
+from pml.storage.fresh_stats import FIRST_MARK, table_grew
+
+pytestmark = pytest.mark.anyio
+
+SCOPE = Scope(org="acme", project="burst", user="ada")
+NAME_CHECK = (
+    "EXPLAIN SELECT 1 FROM capability_records WHERE archived_at IS NULL"
+    " AND org = 'acme' AND project = 'burst' AND tool_name IN ('fs_a', 'fs_b')"
+)
+
+
+def _draft(n: int) -> CapabilityDraft:
+    return CapabilityDraft(code=f"return {n}", tools_used=["filesystem:read"])
+
+
+async def _plan(db: Database) -> str:
+    async with db.engine.connect() as conn:
+        return "\n".join(str(row[0]) for row in await conn.execute(sa.text(NAME_CHECK)))
+
+
+async def _table_size_seen(db: Database) -> float:
+    async with db.engine.connect() as conn:
+        query = "SELECT reltuples FROM pg_class WHERE relname = 'capability_records'"
+        return float((await conn.execute(sa.text(query))).scalar_one())
+
+
+@pytest.mark.postgres
+async def test_a_burst_of_new_capabilities_keeps_the_name_check_on_its_index(
+    postgres_url: str,
+) -> None:
+    db = await Database.open(postgres_url)
+    try:
+        registry = CapabilityRegistry(db)
+        for n in range(FIRST_MARK + 50):
+            assert (await registry.capture(SCOPE, _draft(n), latency_ms=1)).created
+        assert await _table_size_seen(db) >= FIRST_MARK
+        plan = await _plan(db)
+        assert "org_project_tool_name" in plan, plan
+        assert "Filter" not in plan, plan  # the names are looked up, not filtered out
+    finally:
+        await db.close()
+
+
+@pytest.mark.postgres
+async def test_the_table_is_analysed_at_marks_that_double(postgres_url: str) -> None:
+    db = await Database.open(postgres_url)
+    try:
+        assert not await table_grew(db, FIRST_MARK - 1)
+        assert await table_grew(db)  # the first mark
+        assert not await table_grew(db, FIRST_MARK - 1)
+        assert await table_grew(db)  # twice the first
+        assert not await table_grew(db, 2 * FIRST_MARK - 1)
+        assert await table_grew(db, 5 * FIRST_MARK)  # far past a mark: the next is beyond
+        assert not await table_grew(db, 2 * FIRST_MARK)
+    finally:
+        await db.close()
+
+
+async def test_sqlite_is_never_analysed(sqlite_url: str) -> None:
+    db = await Database.open(sqlite_url)
+    try:
+        assert not await table_grew(db, 10 * FIRST_MARK)
+    finally:
+        await db.close()
+
+
+@pytest.mark.postgres
+async def test_a_database_that_went_away_is_logged_and_changes_nothing(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = await Database.open(postgres_url)
+    try:
+        await table_grew(db, FIRST_MARK - 1)
+        url = sa.make_url(postgres_url)
+        admin = await asyncpg.connect(  # pyright: ignore[reportUnknownMemberType]
+            host=url.host, port=url.port or 5432, user=url.username, database="postgres"
+        )
+        try:
+            await admin.execute(f'DROP DATABASE "{url.database}" WITH (FORCE)')  # pyright: ignore[reportUnknownMemberType]
+        finally:
+            await admin.close()  # pyright: ignore[reportUnknownMemberType]
+        with caplog.at_level(logging.WARNING, logger=fresh_stats.__name__):
+            assert not await table_grew(db)
+        assert "capability statistics not refreshed" in caplog.text
+    finally:
+        await db.close()
