@@ -4,6 +4,7 @@ capability's name checks read one index entry, not the whole project."""
 from __future__ import annotations
 
 import logging
+import time
 
 import asyncpg  # pyright: ignore[reportMissingTypeStubs]
 import pytest
@@ -98,4 +99,32 @@ async def test_a_database_that_went_away_is_logged_and_changes_nothing(
             assert not await table_grew(db)
         assert "capability statistics not refreshed" in caplog.text
     finally:
+        await db.close()
+
+
+@pytest.mark.postgres
+async def test_an_analysis_held_elsewhere_is_skipped_not_waited_for(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = await Database.open(postgres_url)
+    url = sa.make_url(postgres_url)
+    other = await asyncpg.connect(  # pyright: ignore[reportUnknownMemberType]
+        host=url.host, port=url.port or 5432, user=url.username, database=url.database
+    )
+    try:
+        await table_grew(db, FIRST_MARK - 1)
+        transaction = other.transaction()  # pyright: ignore[reportUnknownMemberType]
+        await transaction.start()  # pyright: ignore[reportUnknownMemberType]
+        # the lock an ANALYZE (autovacuum's, another replica's) holds on the table
+        await other.execute("LOCK TABLE capability_records IN SHARE UPDATE EXCLUSIVE MODE")  # pyright: ignore[reportUnknownMemberType]
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger=fresh_stats.__name__):
+            assert not await table_grew(db)
+        assert time.monotonic() - started < 5
+        assert "lock timeout" in caplog.text
+        await transaction.rollback()  # pyright: ignore[reportUnknownMemberType]
+        registry = CapabilityRegistry(db)  # the next creations go on as before
+        assert (await registry.capture(SCOPE, _draft(1), latency_ms=1)).created
+    finally:
+        await other.close()  # pyright: ignore[reportUnknownMemberType]
         await db.close()

@@ -73,8 +73,3 @@ class AnalysisCache:
                 _, (_, dropped) = self._held.popitem(last=False)
                 self._chars -= dropped
         return analysis
-
-    def clear(self) -> None:
-        with self._lock:
-            self._held.clear()
-            self._chars = 0

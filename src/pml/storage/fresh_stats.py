@@ -13,10 +13,12 @@ default), and a burst of learning (an import, a team's first traces) fits in tha
 So a process that created 200 capabilities since it started analyses the table once, then
 again at 400, 800, 1 600… (doubling: the work stays a small share of the writes, and
 autovacuum takes over as the table grows). ``ANALYZE`` reads a bounded sample; it runs
-after the creation that crossed the mark, in that request, one at a time per database. A
-failure is logged and changes nothing (a role that does not own the table is told so by
-PostgreSQL and skipped). SQLite needs none of this: without statistics its planner prefers
-the index that matches the most columns.
+after the creation that crossed the mark, in that request, one at a time per database, and
+never waits for the table: when another analysis holds it (autovacuum's, another
+replica's) this one is skipped after ``LOCK_WAIT_MS``, and it gives up after
+``STATEMENT_LIMIT_MS``. A failure is logged and changes nothing (a role that does not own
+the table is told so by PostgreSQL and skipped). SQLite needs none of this: without
+statistics its planner prefers the index that matches the most columns.
 """
 
 from __future__ import annotations
@@ -25,17 +27,20 @@ import logging
 import weakref
 from dataclasses import dataclass
 
-import anyio
 import sqlalchemy as sa
-from sqlalchemy.exc import DBAPIError
 
-from pml.storage.capability_writes import single_statements
+from pml.errors import StorageError
 from pml.storage.database import Database
 
 logger = logging.getLogger(__name__)
 
 FIRST_MARK = 200
-ANALYZE_TIMEOUT_S = 30.0
+LOCK_WAIT_MS = 200
+STATEMENT_LIMIT_MS = 10_000
+_LIMITS = sa.text(
+    f"SELECT set_config('lock_timeout', '{LOCK_WAIT_MS}ms', true),"
+    f" set_config('statement_timeout', '{STATEMENT_LIMIT_MS}ms', true)"
+)
 _ANALYZE = sa.text(
     "ANALYZE capability_records (org, project, display_name, tool_name, code_hash, archived_at)"
 )
@@ -65,12 +70,12 @@ async def table_grew(db: Database, rows: int = 1) -> bool:
     growth.running = True
     growth.next_mark = 2 * growth.created
     try:
-        with anyio.fail_after(ANALYZE_TIMEOUT_S):
-            async with single_statements(db).connect() as conn:
-                await conn.execute(_ANALYZE)
+        async with db.transaction() as conn:  # the limits hold for this transaction only
+            await conn.execute(_LIMITS)
+            await conn.execute(_ANALYZE)
         return True
-    except (OSError, DBAPIError, TimeoutError) as error:
-        logger.warning("capability statistics not refreshed: %s", error)
+    except StorageError as error:  # the database's errors, as ``transaction`` gives them
+        logger.warning("capability statistics not refreshed: %s", error.message)
         return False
     finally:
         growth.running = False
