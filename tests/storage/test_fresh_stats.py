@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import AsyncGenerator
+from typing import Any
 
 import asyncpg  # pyright: ignore[reportMissingTypeStubs]
 import pytest
@@ -38,6 +40,22 @@ async def _table_size_seen(db: Database) -> float:
     async with db.engine.connect() as conn:
         query = "SELECT reltuples FROM pg_class WHERE relname = 'capability_records'"
         return float((await conn.execute(sa.text(query))).scalar_one())
+
+
+@pytest.fixture
+async def pg_db(postgres_url: str) -> AsyncGenerator[Database]:
+    """A PostgreSQL database opened as ``pml serve`` opens it."""
+    db = await Database.open(postgres_url)
+    yield db
+    await db.close()
+
+
+async def _connect(postgres_url: str, database: str | None = None) -> Any:
+    """A plain asyncpg connection to the test's server (its database, or ``database``)."""
+    url = sa.make_url(postgres_url)
+    return await asyncpg.connect(  # pyright: ignore[reportUnknownMemberType]
+        host=url.host, port=url.port or 5432, user=url.username, database=database or url.database
+    )
 
 
 @pytest.mark.postgres
@@ -82,24 +100,18 @@ async def test_sqlite_is_never_analysed(sqlite_url: str) -> None:
 
 @pytest.mark.postgres
 async def test_a_database_that_went_away_is_logged_and_changes_nothing(
-    postgres_url: str, caplog: pytest.LogCaptureFixture
+    pg_db: Database, postgres_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    db = await Database.open(postgres_url)
+    await table_grew(pg_db, FIRST_MARK - 1)
+    admin = await _connect(postgres_url, "postgres")
     try:
-        await table_grew(db, FIRST_MARK - 1)
-        url = sa.make_url(postgres_url)
-        admin = await asyncpg.connect(  # pyright: ignore[reportUnknownMemberType]
-            host=url.host, port=url.port or 5432, user=url.username, database="postgres"
-        )
-        try:
-            await admin.execute(f'DROP DATABASE "{url.database}" WITH (FORCE)')  # pyright: ignore[reportUnknownMemberType]
-        finally:
-            await admin.close()  # pyright: ignore[reportUnknownMemberType]
-        with caplog.at_level(logging.WARNING, logger=fresh_stats.__name__):
-            assert not await table_grew(db)
-        assert "capability statistics not refreshed" in caplog.text
+        name = sa.make_url(postgres_url).database
+        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')  # pyright: ignore[reportUnknownMemberType]
     finally:
-        await db.close()
+        await admin.close()  # pyright: ignore[reportUnknownMemberType]
+    with caplog.at_level(logging.WARNING, logger=fresh_stats.__name__):
+        assert not await table_grew(pg_db)
+    assert "capability statistics not refreshed" in caplog.text
 
 
 @pytest.mark.postgres
@@ -107,10 +119,7 @@ async def test_an_analysis_held_elsewhere_is_skipped_not_waited_for(
     postgres_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     db = await Database.open(postgres_url)
-    url = sa.make_url(postgres_url)
-    other = await asyncpg.connect(  # pyright: ignore[reportUnknownMemberType]
-        host=url.host, port=url.port or 5432, user=url.username, database=url.database
-    )
+    other = await _connect(postgres_url)
     try:
         await table_grew(db, FIRST_MARK - 1)
         transaction = other.transaction()  # pyright: ignore[reportUnknownMemberType]
