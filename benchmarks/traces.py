@@ -1,6 +1,7 @@
 """Client-routed execution: trace ingest rate and the latency ``pml connect`` adds (SPEC §9).
 
     python benchmarks/traces.py [--traces 5000] [--snippets 20] [--calls 300] [--interleave]
+                                [--quota 50000]
 
 1. **Ingest**: a real ``pml serve --http`` on a fresh PostgreSQL database. ``--traces`` live
    client workflows are prepared (one real ``execute_locally`` hand-off per distinct snippet,
@@ -14,6 +15,9 @@
 2. **Forwarding**: ``pml_discover`` called ``--calls`` times by an SDK client, directly
    over HTTP and through a ``pml connect`` process (stdio → HTTP), alternating; the added
    latency is the difference of the medians.
+
+``--quota``: the capabilities-per-project quota the server checks on each creation (off by
+default, as before; the product's default is 50 000).
 
 Prints one JSON line: ``{"traces_per_s", "forward_added_p50_ms", ...}``.
 """
@@ -53,7 +57,7 @@ from pml.storage.tables import workflow_state
 from throwaway_postgres import throwaway_database
 
 BATCH = 100
-BENCH_LIMITS = {"key_rate_per_s": 0, "pending_workflows_per_user": 0, "capabilities_per_project": 0}
+BENCH_LIMITS = {"key_rate_per_s": 0, "pending_workflows_per_user": 0}
 CLIENT_HEADERS = {"X-PML-Client": "pml-connect/bench", "X-PML-Client-Servers": "filesystem"}
 
 
@@ -163,6 +167,10 @@ async def forwarding(base_url: str, key: str, workdir: Path, calls: int) -> dict
     }
 
 
+def limits_of(args: argparse.Namespace) -> dict[str, int]:
+    return {**BENCH_LIMITS, "capabilities_per_project": args.quota}
+
+
 async def run(args: argparse.Namespace, database_url: str) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp())
     config = write_config(
@@ -172,7 +180,7 @@ async def run(args: argparse.Namespace, database_url: str) -> dict[str, Any]:
         expose_upstream=False,
         # The benchmark measures ingest, not the limits: one key sends every request, and
         # --traces hand-offs wait at once (their traces are what is ingested).
-        extra={"routing": {"local": ["filesystem"]}, "limits": BENCH_LIMITS},
+        extra={"routing": {"local": ["filesystem"]}, "limits": limits_of(args)},
     )
     key = create_key(config, "bench", "main", "alice")["key"]
     with pml_http(config, workdir / "server.log") as gateway:
@@ -206,7 +214,7 @@ async def run(args: argparse.Namespace, database_url: str) -> dict[str, Any]:
         "batch": BATCH,
         "distinct_snippets": args.traces if args.interleave else args.snippets,
         "interleaved": args.interleave,
-        "limits": BENCH_LIMITS,
+        "limits": limits_of(args),
         **{k: v for k, v in ingested.items() if k != "traces_per_s"},
         **{k: v for k, v in forwarded.items() if k != "forward_added_p50_ms"},
     }
@@ -228,6 +236,12 @@ def main() -> None:
         "--interleave",
         action="store_true",
         help="every trace a new snippet, sent right after its hand-off (a batch at a time)",
+    )
+    parser.add_argument(
+        "--quota",
+        type=int,
+        default=0,
+        help="[limits] capabilities_per_project (0: none; the product's default is 50000)",
     )
     args = parser.parse_args()
     print(json.dumps(asyncio.run(with_postgres(args))))

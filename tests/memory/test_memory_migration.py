@@ -45,7 +45,7 @@ async def test_upgrading_from_0012_adds_memories_and_keeps_capabilities(blank_ur
         async with db.transaction() as conn:
             await conn.execute(capability_records.insert().values(early_record("return 13", "x")))
         await db.upgrade()
-        assert await db.current_revision() == "0015"
+        assert await db.current_revision() == "0016"
         assert "ix_memories_org_project_user_id_created_at" in await _indexes(db)
         fact, new = await MemoryStore(db).add(
             scope, "I prefer metric units", sensitivity="low", source="cli"

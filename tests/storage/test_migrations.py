@@ -13,6 +13,7 @@ from pml.registry.models import ListQuery
 from pml.registry.names import tool_name_for
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityRegistry
+from pml.storage.capability_counts import capability_counts
 from pml.storage.database import Database, head_revision
 from pml.storage.intent_repo import capability_intents
 from pml.storage.memory_repo import memories
@@ -37,12 +38,13 @@ def _differences(conn: sa.Connection) -> list[object]:
 async def test_a_blank_database_is_migrated_to_head_on_open(blank_url: str) -> None:
     db = await Database.open(blank_url)
     try:
-        assert await db.current_revision() == head_revision() == "0015"
+        assert await db.current_revision() == head_revision() == "0016"
         async with db.read() as conn:
             differences = await conn.run_sync(_differences)
         assert differences == []
         # compared above with the migrated schema
-        assert {memories.name, capability_intents.name} <= set(metadata.tables)
+        added = {memories.name, capability_intents.name, capability_counts.name}
+        assert added <= set(metadata.tables)
     finally:
         await db.close()
 
@@ -466,9 +468,32 @@ async def test_upgrading_to_0012_adds_shared_mcp_sessions_and_keeps_capabilities
             count = await conn.execute(sa.select(sa.func.count()).select_from(mcp_sessions))
             sessions = count.scalar_one()
         assert "mcp_sessions" not in tables_before
-        assert await db.current_revision() == "0015"
+        assert await db.current_revision() == "0016"
         assert sessions == 1
         assert await store.find("a" * 64, idle_s=60) == record
         assert (await registry.list(scope, ListQuery())).total == 1
+    finally:
+        await db.close()
+
+
+async def test_upgrading_to_0016_counts_each_projects_active_capabilities(
+    blank_url: str,
+) -> None:
+    db = await Database.open(blank_url, migrate=False)
+    try:
+        await db.upgrade("0015")
+        async with db.transaction() as conn:
+            for code in ("return 1", "return 2", "return 3"):
+                await conn.execute(capability_records.insert().values(early_record(code, code)))
+            await conn.execute(
+                capability_records.update()
+                .where(capability_records.c.code == "return 3")
+                .values(archived_at=datetime.now(UTC), archived_by="erwan")
+            )
+        await db.upgrade()
+        async with db.read() as conn:
+            rows = (await conn.execute(sa.select(capability_counts))).all()
+        counts = {(row.org, row.project): row.active for row in rows}
+        assert counts[("acme", "webapp")] == 2  # the archived one does not count
     finally:
         await db.close()

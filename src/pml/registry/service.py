@@ -203,11 +203,8 @@ class CapabilityRegistry:
             else:
                 named_now = name is not None
                 quota = self.capabilities_per_project
-                if (
-                    quota > 0
-                    and await count_capabilities(repo.conn, scope.org, scope.project, quota)
-                    >= quota
-                ):
+                conn = repo.conn
+                if quota > 0 and await count_capabilities(conn, scope.org, scope.project) >= quota:
                     raise naming.quota_exceeded(scope, quota)
                 routing = await creation.routing_of(
                     self.routing, draft.tools_used, draft.routing, creation.lookup_in(repo, scope)

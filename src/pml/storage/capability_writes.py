@@ -6,11 +6,12 @@
 A capture of new code is one guarded insert: the record is written only if, in the same
 statement, its FQDN is unused, no active capability of the project has its code hash, its
 display name and tool name are nobody's display name, tool name or alias, and the project
-holds fewer capabilities than its quota. On PostgreSQL the version row, tag rows and the
-change notification ride in the same statement (data-modifying CTEs, autocommit: one round
-trip, atomic); on SQLite the version and tags follow in the same transaction. When the guard
-refuses (a name or FQDN in use, a quota reached, the code captured meanwhile) nothing is
-written and the caller takes the careful path, which says exactly why.
+holds fewer capabilities than its quota (its row of ``capability_counts``). On PostgreSQL
+the version row, tag rows and the change notification ride in the same statement
+(data-modifying CTEs, autocommit: one round trip, atomic); on SQLite the version and tags
+follow in the same transaction. When the guard refuses (a name or FQDN in use, a quota
+reached, the code captured meanwhile) nothing is written and the caller takes the careful
+path, which says exactly why.
 
 A name probe (``probe_names``) answers "who holds any of these names, in any of the four
 columns that share the namespace" in one statement.
@@ -30,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from pml.errors import StorageError
 from pml.registry.models import CapabilityRecord, VersionRecord
+from pml.storage.capability_counts import active_in_project
 from pml.storage.capability_queries import ACTIVE, RECORD_FIELDS
 from pml.storage.database import Database
 from pml.storage.tables import capability_aliases as aliases
@@ -80,16 +82,9 @@ def _owners(org: str, project: str, names: Sequence[str]) -> list[sa.Select[tupl
     ]
 
 
-def project_size(org: str, project: str, limit: int) -> sa.ScalarSelect[int]:
-    """How many active capabilities the project holds, counted up to ``limit`` (bounded)."""
-    r = records.c
-    held = (
-        sa.select(sa.literal(1).label("one"))
-        .where(ACTIVE, r.org == org, r.project == project, r.record_type == "capability")
-        .limit(limit)
-        .subquery()
-    )
-    return sa.select(sa.func.count()).select_from(held).scalar_subquery()
+def project_size(org: str, project: str) -> sa.ScalarSelect[int]:
+    """How many active capabilities the project holds (its row of ``capability_counts``)."""
+    return active_in_project(org, project)
 
 
 def probe_statement(
@@ -101,7 +96,7 @@ def probe_statement(
     quota: int = 0,
 ) -> sa.CompoundSelect[Any]:
     """One statement: who holds any of ``names``; with ``code_hash``, the active capability
-    of that code (kind ``code``); with ``quota``, the project's bounded size (kind ``size``)."""
+    of that code (kind ``code``); with ``quota``, how many the project holds (kind ``size``)."""
     r = records.c
     parts: list[Any] = _owners(org, project, names)
     if code_hash is not None:
@@ -111,7 +106,7 @@ def probe_statement(
             )
         )
     if quota > 0:
-        size = sa.cast(project_size(org, project, quota), sa.String())
+        size = sa.cast(project_size(org, project), sa.String())
         parts.append(sa.select(sa.literal("size"), size, sa.literal("")))
     return sa.union_all(*parts)
 
@@ -165,9 +160,9 @@ async def existing_fqdns(conn: AsyncConnection, candidates: Sequence[str]) -> se
     return {str(fqdn) for fqdn in (await conn.execute(query)).scalars()}
 
 
-async def count_capabilities(conn: AsyncConnection, org: str, project: str, limit: int) -> int:
-    """The project's active capabilities, counted up to ``limit``."""
-    return int((await conn.execute(sa.select(project_size(org, project, limit)))).scalar_one())
+async def count_capabilities(conn: AsyncConnection, org: str, project: str) -> int:
+    """The project's active capabilities."""
+    return int((await conn.execute(sa.select(project_size(org, project)))).scalar_one())
 
 
 def _param(prefix: str, table: sa.Table, name: str) -> sa.BindParameter[Any]:
@@ -191,13 +186,7 @@ def _guard(quota: bool) -> list[sa.ColumnElement[bool]]:
     ]
     if quota:
         limit = sa.bindparam("quota", type_=sa.Integer())
-        held = (
-            sa.select(sa.literal(1).label("one"))
-            .where(*own, r.record_type == "capability")
-            .limit(limit)
-            .subquery()
-        )
-        where.append(sa.select(sa.func.count()).select_from(held).scalar_subquery() < limit)
+        where.append(active_in_project(org, project) < limit)
     return where
 
 
