@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import anyio
 import pytest
 import sqlalchemy as sa
 
@@ -110,3 +111,17 @@ async def test_a_random_mix_of_changes_always_agrees_with_a_count(db: Database) 
             fqdn = chance.choice(sorted(archived))
             await lifecycle.purge(archived.pop(fqdn), fqdn)
         assert await _kept(db) == await _counted(db), f"after step {step} ({move})"
+
+
+async def test_captures_at_the_same_moment_are_each_counted_once(db: Database) -> None:
+    registry = CapabilityRegistry(db)
+
+    async def capture(n: int) -> None:
+        scope = MAIN if n % 3 else SIDE  # two projects, one of them new to the table
+        await registry.capture(scope, _draft(n % 24), latency_ms=1)  # some code twice
+
+    async with anyio.create_task_group() as tasks:
+        for n in range(36):
+            tasks.start_soon(capture, n)
+    assert await _kept(db) == await _counted(db)
+    assert (await _kept(db))[("acme", "side")] == 8  # 12 runs of 8 distinct snippets
