@@ -32,6 +32,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, SQLAlchemy
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from pml.errors import ConfigError, StorageError
+from pml.storage import sqlite_driver
 from pml.storage.point_reads import PostgresPointReads
 from pml.storage.types import stored_json
 
@@ -115,6 +116,7 @@ def create_engine(url: str) -> AsyncEngine:
         engine = create_async_engine(
             target, connect_args={"timeout": 30}, json_deserializer=stored_json
         )
+        sqlite_driver.attach(engine)  # a query cancelled mid-way never hangs its connection
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         event.listen(engine.sync_engine, "connect", _sqlite_explicit_transactions)
         event.listen(engine.sync_engine, "begin", _sqlite_begin)
