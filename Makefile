@@ -33,10 +33,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/pyright
 
-# The suite runs in this one process. TEST_WORKERS=auto spreads it over one worker per core
-# (pytest-xdist; each test has its own databases, ports and folders), about twice as fast,
-# but two `pml agent --once` runs at the same moment can hang at exit: not the default yet.
-TEST_WORKERS ?= 0
+# The suite runs on one worker per core (pytest-xdist; each test has its own databases, ports
+# and folders), about twice as fast as one process. TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= auto
 
 unit: $(STAMP)
 	$(BIN)/pytest -q -n $(TEST_WORKERS)
