@@ -82,11 +82,6 @@ def _owners(org: str, project: str, names: Sequence[str]) -> list[sa.Select[tupl
     ]
 
 
-def project_size(org: str, project: str) -> sa.ScalarSelect[int]:
-    """How many active capabilities the project holds (its row of ``capability_counts``)."""
-    return active_in_project(org, project)
-
-
 def probe_statement(
     org: str,
     project: str,
@@ -106,7 +101,7 @@ def probe_statement(
             )
         )
     if quota > 0:
-        size = sa.cast(project_size(org, project), sa.String())
+        size = sa.cast(active_in_project(org, project), sa.String())
         parts.append(sa.select(sa.literal("size"), size, sa.literal("")))
     return sa.union_all(*parts)
 
@@ -162,7 +157,7 @@ async def existing_fqdns(conn: AsyncConnection, candidates: Sequence[str]) -> se
 
 async def count_capabilities(conn: AsyncConnection, org: str, project: str) -> int:
     """The project's active capabilities."""
-    return int((await conn.execute(sa.select(project_size(org, project)))).scalar_one())
+    return int((await conn.execute(sa.select(active_in_project(org, project)))).scalar_one())
 
 
 def _param(prefix: str, table: sa.Table, name: str) -> sa.BindParameter[Any]:
