@@ -28,9 +28,19 @@ from policy.conftest import (  # noqa: F401 - fixtures re-used here
     open_policy_gateway,
     pg,
 )
+from web.browser import chromium_path, open_browser
 
 BASE = "http://testserver"
 LOGIN_CSRF = re.compile(r'name="login_csrf" value="([^"]+)"')
+
+
+@pytest.fixture(autouse=True)
+def _browser_is_there(request: pytest.FixtureRequest) -> None:
+    """A test module that drives the browser skips (fails under CI) here, before any async
+    fixture: raised inside an async test, pytest's skip or failure would end the worker's
+    anyio runner and error every async test after it."""
+    if getattr(request.module, "open_browser", None) is open_browser:
+        chromium_path()
 
 
 @dataclass
