@@ -376,7 +376,7 @@ class DiscoveryService:
     async def _step(self, *, write: bool) -> AsyncGenerator[AsyncConnection]:
         """One short database step, shielded: a shutdown that cancels the background load
         waits for the query in flight instead of abandoning its connection mid-statement
-        (an aiosqlite connection dropped that way is closed by a task that never ends)."""
+        (which would cost the connection: it is closed rather than returned to the pool)."""
         with anyio.CancelScope(shield=True):
             async with self._db.transaction() if write else self._db.read() as conn:
                 yield conn
