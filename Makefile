@@ -34,7 +34,7 @@ typecheck: $(STAMP)
 	$(BIN)/pyright
 
 # The suite runs on one worker per core (pytest-xdist; each test has its own databases, ports
-# and folders), about twice as fast as one process. TEST_WORKERS=0 runs it in this process.
+# and folders): 1.4 to 2 times as fast as one process. TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= auto
 
 unit: $(STAMP)
