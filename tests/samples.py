@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -155,3 +156,25 @@ def statements_sent(engine: sa.Engine) -> Iterator[list[str]]:
         yield sent
     finally:
         event.remove(engine, "before_cursor_execute", record)
+
+
+def database_text(url: str) -> str:
+    """Every value of every table of a SQLite file, as text (after the WAL is merged)."""
+    path = Path(sa.make_url(url).database or "")
+    connection = sqlite3.connect(path)
+    try:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        tables = [
+            row[0]
+            for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        ]
+        parts: list[str] = []
+        for table in tables:
+            for row in connection.execute(f'SELECT * FROM "{table}"'):
+                parts.extend(
+                    value.decode("latin-1") if isinstance(value, bytes) else str(value)
+                    for value in row
+                )
+        return "\n".join(parts)
+    finally:
+        connection.close()

@@ -205,6 +205,8 @@ async def test_a_secret_in_an_intent_is_never_stored(execute: Execute, secret: s
     async with execute.gateway.db.read() as conn:
         stored = (await conn.execute(sa.select(capability_intents.c.text))).scalars().all()
     assert all(secret[:10] not in text for text in stored)
+    description = (await execute.record(fqdn)).description
+    assert description == "uses key [REDACTED]"
 
 
 async def test_hostile_intents_are_stored_bounded_and_harmless(execute: Execute) -> None:

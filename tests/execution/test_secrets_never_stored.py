@@ -8,16 +8,13 @@ called again by name with the secrets as arguments, gives the same result.
 
 from __future__ import annotations
 
-import sqlite3
-from pathlib import Path
-
 import pytest
-import sqlalchemy as sa
 
 from execution.clientrouting import READ_NOTE, open_hub, trace
 from execution.conftest import SCOPE, Execute
 from gateway.upstreams import Upstream
 from pml.analysis.code_hash import parse_snippet
+from samples import database_text
 
 pytestmark = pytest.mark.anyio
 
@@ -42,28 +39,6 @@ token = "{SK[:8]}" "{SK[8:]}"
 r = await mcp.a.echo(text=f"token={{token}}", n=args["n"])
 return r["args"]
 """
-
-
-def _database_text(url: str) -> str:
-    """Every value of every table of the SQLite file, as text (after the WAL is merged)."""
-    path = Path(sa.make_url(url).database or "")
-    connection = sqlite3.connect(path)
-    try:
-        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        tables = [
-            row[0]
-            for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-        ]
-        parts: list[str] = []
-        for table in tables:
-            for row in connection.execute(f'SELECT * FROM "{table}"'):
-                parts.extend(
-                    value.decode("latin-1") if isinstance(value, bytes) else str(value)
-                    for value in row
-                )
-        return "\n".join(parts)
-    finally:
-        connection.close()
 
 
 async def test_stored_code_versions_and_database_hold_no_secret_and_the_capability_runs(
@@ -107,7 +82,7 @@ async def test_stored_code_versions_and_database_hold_no_secret_and_the_capabili
     assert newest["result"] == {"text": f"token={SK}", "n": 3}
 
     await execute.gateway.executor.flush()
-    everything = _database_text(sqlite_url)
+    everything = database_text(sqlite_url)
     assert "ops:post" in everything  # the dump does read the registry
     for secret in SECRETS:
         assert secret not in everything
@@ -161,7 +136,7 @@ async def test_client_traces_store_no_secret_and_an_unmovable_one_is_rejected(
             "pass it in args instead (line 2)"
         )
         await hub.gateway.executor.flush()
-    everything = _database_text(sqlite_url)
+    everything = database_text(sqlite_url)
     assert "wf_secret_offline" in everything
     for secret in SECRETS:
         assert secret not in everything

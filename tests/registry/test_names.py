@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pml.analysis.secret_text import holds_secret
 from pml.errors import InvalidInput, InvalidName
 from pml.registry.fqdn import FQDN_COMPONENT
 from pml.registry.names import (
@@ -82,13 +83,43 @@ def test_non_string_names_are_rejected_and_shown_with_repr(name: Any) -> None:
 
 
 @given(valid_names)
-def test_every_name_matching_the_pattern_is_accepted(name: str) -> None:
+def test_every_name_matching_the_pattern_is_accepted_unless_it_looks_like_a_secret(
+    name: str,
+) -> None:
+    if holds_secret("", name):
+        with pytest.raises(InvalidName, match="looks like a secret"):
+            validate_name(name)
+    else:
+        assert validate_name(name) == name
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+        "fs:AKIAQ3EGRTXZ7LMN4PQA",
+        "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",
+        "deploy:xoxb-2048-4096-q8Zt1LmX4vR7yN2kP9sJ",
+        "q8Zt1LmX4vR7yN2kP9sJ3wB6",
+    ],
+)
+def test_a_name_that_looks_like_a_secret_is_refused_without_quoting_it(name: str) -> None:
+    with pytest.raises(InvalidName) as info:
+        validate_name(name)
+    assert "looks like a secret" in info.value.message
+    assert name.split(":")[-1] not in info.value.message
+
+
+@pytest.mark.parametrize(
+    "name", ["unnamed_a7f3b2c1", "fs:read_json", "report_2024_q3_summary", "task_8f3a9c2e1b7d4f60"]
+)
+def test_ordinary_names_with_digits_and_hex_are_not_taken_for_secrets(name: str) -> None:
     assert validate_name(name) == name
 
 
 @given(st.text(max_size=70))
 def test_validation_agrees_with_the_ascii_pattern(name: str) -> None:
-    expected = VALID_NAME.fullmatch(name) is not None
+    expected = VALID_NAME.fullmatch(name) is not None and not holds_secret("", name)
     try:
         validate_name(name)
     except InvalidName:
@@ -96,7 +127,8 @@ def test_validation_agrees_with_the_ascii_pattern(name: str) -> None:
     else:
         accepted = True
     assert accepted == expected
-    assert (NAME_PATTERN.fullmatch(name) is not None) == expected
+    if not holds_secret("", name):
+        assert (NAME_PATTERN.fullmatch(name) is not None) == expected
 
 
 def test_auto_names_use_the_first_eight_hex_characters() -> None:
@@ -191,7 +223,7 @@ def test_split_display_name_rejects_invalid_names(display_name: Any) -> None:
         split_display_name(display_name, "code")
 
 
-@given(valid_names.filter(lambda name: name.strip(":") != ""))
+@given(valid_names.filter(lambda name: name.strip(":") != "" and not holds_secret("", name)))
 def test_split_display_name_always_gives_valid_fqdn_components(display_name: str) -> None:
     namespace, action = split_display_name(display_name, "code")
     assert FQDN_COMPONENT.fullmatch(namespace) is not None

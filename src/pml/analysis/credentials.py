@@ -30,7 +30,19 @@ import itertools
 import math
 import re
 from collections import Counter
-from typing import Final, cast
+from typing import cast
+
+from pml.analysis.token_shapes import CREDENTIAL_SHAPES, command_line_spans
+
+__all__ = [
+    "CREDENTIAL_SHAPES",
+    "flag_spans",
+    "is_secret_keyword",
+    "keyword_words",
+    "looks_random",
+    "looks_secret",
+    "secret_base",
+]
 
 # Words that name a credential when they appear in a keyword (split on case and punctuation).
 _SECRET_WORDS = frozenset(
@@ -52,10 +64,22 @@ _SECRET_WORDS = frozenset(
         "credentials",
         "creds",
         "bearer",
+        "passwords",
+        "passcode",
+        "passkey",
+        "sessionid",
+        "accountkey",
+        "mnemonic",
     }
 )
+# One word that ends with these names a credential too: ``PGPASSWORD``, ``clientsecret``.
+_SECRET_ENDINGS = ("password", "passwd", "passphrase", "secret")
 # ``<first>_key`` pairs that name a credential: ``api_key``, ``accessKey``, ``private-key``.
-_KEY_QUALIFIERS = frozenset({"api", "access", "private", "secret", "signing", "encryption"})
+_KEY_QUALIFIERS = frozenset(
+    {"api", "access", "private", "secret", "signing", "encryption", "decryption", "master"}
+    | {"app", "consumer", "hmac", "license", "client", "shared", "account", "storage"}
+    | {"subscription", "webhook", "deploy", "session", "admin", "service", "root", "aes"}
+)
 # A trailing word that makes the keyword describe a credential, not hold one: ``token_type``,
 # ``password_file``, ``auth_method``, ``token_limit``.
 _DESCRIPTOR_WORDS = frozenset(
@@ -121,16 +145,7 @@ _PLACEHOLDER = re.compile(
 _VALUE_PATTERNS = re.compile(
     "|".join(
         [
-            r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_\-]{16,}",  # OpenAI / Anthropic style
-            r"(?<![A-Za-z0-9])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}",  # Stripe
-            r"(?<![A-Za-z0-9])gh[pousr]_[A-Za-z0-9]{20,}",  # GitHub tokens
-            r"(?<![A-Za-z0-9])github_pat_[A-Za-z0-9_]{20,}",
-            r"(?<![A-Za-z0-9])glpat-[A-Za-z0-9_\-]{20,}",  # GitLab
-            r"(?<![A-Za-z0-9])xox[abprs]-[A-Za-z0-9\-]{10,}",  # Slack
-            r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])",  # AWS access key id
-            r"(?<![A-Za-z0-9])AIza[0-9A-Za-z_\-]{35}",  # Google API key
-            r"(?<![A-Za-z0-9])npm_[A-Za-z0-9]{36}",
-            r"(?<![A-Za-z0-9_\-])eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}",  # JWT
+            CREDENTIAL_SHAPES.pattern,
             r"(?i:\bbearer\s+[A-Za-z0-9\-._~+/]{12,}=*)",
             r"(?i:^\s*basic\s+[A-Za-z0-9+/]{8,}={0,2}\s*$)",
             r"-----BEGIN[A-Z ]*PRIVATE KEY-----",
@@ -151,23 +166,13 @@ _PATH_SEPARATORS = re.compile(r"[/\\?&=#:;@]")
 _WORDS = re.compile(r"[A-Z]?[a-z]{3,}|[A-Z]{4,}|[0-9]{4,}")
 _PATH_LIKE = re.compile(r"^(?:[/~.]|[A-Za-z]:[\\/])|^[A-Za-z][A-Za-z0-9+.\-]*://|\.[A-Za-z]{1,5}$")
 
-# Credential shapes whose whole match is the secret (audit scrubbing and stored code).
-CREDENTIAL_SHAPES: Final = re.compile(
-    "|".join(
-        [
-            r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_\-]{16,}",
-            r"(?<![A-Za-z0-9])(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}",
-            r"(?<![A-Za-z0-9])gh[pousr]_[A-Za-z0-9]{20,}",
-            r"(?<![A-Za-z0-9])github_pat_[A-Za-z0-9_]{20,}",
-            r"(?<![A-Za-z0-9])glpat-[A-Za-z0-9_\-]{20,}",
-            r"(?<![A-Za-z0-9])xox[abprse]-[A-Za-z0-9\-]{10,}",
-            r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])",
-            r"(?<![A-Za-z0-9])AIza[0-9A-Za-z_\-]{35}",
-            r"(?<![A-Za-z0-9])npm_[A-Za-z0-9]{36}",
-            r"(?<![A-Za-z0-9_\-])eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}(?:\.[A-Za-z0-9_\-]*)?",
-        ]
-    )
+# ``--password hunter2``, ``--api-key=...``: a command-line flag that names a credential.
+_FLAG = re.compile(
+    r"(?<![A-Za-z0-9_\-])--?([A-Za-z][A-Za-z0-9\-]{1,40})(?:=|[ \t]{1,4})['\"]?([^\s'\"]{4,256})"
 )
+
+
+_ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*(?:=.*)?")
 
 
 def keyword_words(keyword: str) -> list[str]:
@@ -181,8 +186,11 @@ def is_secret_keyword(keyword: str) -> bool:
     if "public" in words:  # ``public_key``, ``publicKeyToken``: published, not secret
         return False
     for index, word in enumerate(words):
-        named = word in _SECRET_WORDS or (
-            word == "key" and index > 0 and words[index - 1] in _KEY_QUALIFIERS
+        named = (
+            word in _SECRET_WORDS
+            or (word == "key" and index > 0 and words[index - 1] in _KEY_QUALIFIERS)
+            or (word == "pass" and index > 0)  # ``db_pass``, not a ``pass`` of a loop
+            or (len(word) > 6 and word.endswith(_SECRET_ENDINGS))
         )
         if named:
             return not any(later in _DESCRIPTOR_WORDS for later in words[index + 1 :])
@@ -204,13 +212,15 @@ def _is_placeholder(value: str) -> bool:
 
 
 def _named_value_is_secret(value: str) -> bool:
-    """A value under a credential keyword: anything real (OIDs, numbers and blanks aside)."""
-    return any(char.isalpha() for char in value) and not _is_placeholder(value)
+    """A value under a credential keyword: anything real (short numbers, OIDs and blanks
+    aside; a PIN-like run of six digits or more counts)."""
+    real = any(char.isalpha() for char in value) or (value.isdigit() and len(value) >= 6)
+    return real and not _is_placeholder(value)
 
 
 def _assignment_is_secret(keyword: str, value: str) -> bool:
     """``password=...`` inside text: a credential keyword (not bare ``auth``), a real value."""
-    value = value.rstrip(".,;:)'\"")
+    value = value.rstrip(".,;:)'\"").lstrip("'\"")
     if keyword_words(keyword) == ["auth"] or len(value) < 6:
         return False
     return is_secret_keyword(keyword) and _named_value_is_secret(value)
@@ -244,7 +254,9 @@ def _token_looks_random(text: str) -> bool:
     """A long token of mixed letters and digits, with high entropy and no word structure."""
     if not 20 <= len(text) <= 256 or any(char.isspace() for char in text):
         return False
-    if not any(char.isalpha() for char in text) or not any(char.isdigit() for char in text):
+    if not any(char.isalpha() for char in text):
+        return False
+    if not any(char.isdigit() for char in text):
         return False
     if _HEX_OR_UUID.fullmatch(text) is not None:  # checksums, commit ids, UUIDs
         return False
@@ -274,7 +286,24 @@ def _string_looks_secret(value: str, named: bool) -> bool:
         return True
     if any(_assignment_is_secret(m[1], m[2]) for m in _ASSIGNMENTS.finditer(value)):
         return True
+    if flag_spans(value) or command_line_spans(value):
+        return True
     return looks_random(value)
+
+
+def flag_spans(text: str) -> list[tuple[int, int]]:
+    """The values of command-line flags that name a credential (``--password hunter22``)."""
+    spans: list[tuple[int, int]] = []
+    for match in _FLAG.finditer(text):
+        value = match[2].rstrip(".,;:)`")
+        if keyword_words(match[1]) == ["auth"] or not is_secret_keyword(match[1]):
+            continue
+        if value[:1] in "$%{<-[" or _is_placeholder(value) or len(value) < 4:
+            continue
+        if _ENV_NAME.fullmatch(value) or (value.isalpha() and len(value) < 12):
+            continue  # ``--secrets HF_TOKEN`` names a variable; ``--password options`` is prose
+        spans.append((match.start(2), match.start(2) + len(value)))
+    return spans
 
 
 def looks_secret(keyword: str, value: object) -> bool:

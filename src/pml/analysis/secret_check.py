@@ -24,13 +24,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pml.analysis.code_hash import parse_snippet
-from pml.analysis.credentials import looks_secret
+from pml.analysis.credentials import is_secret_keyword, looks_secret
 from pml.analysis.folding import folded_text, is_compound
+from pml.analysis.glued_secrets import glued_prefix
 from pml.analysis.lifting import Parameter
+from pml.analysis.scan import binding_contexts
 from pml.analysis.secret_comments import UnreadableComments, comments
 from pml.analysis.secret_params import key_nodes
 from pml.analysis.secret_text import holds_secret, secret_spans
 from pml.errors import InvalidInput
+
+_PIN_LIKE = 1000  # four digits and more under a credential name are a credential
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +65,10 @@ def _identifiers(node: ast.AST) -> list[str]:
         return [node.name or ""]
     if isinstance(node, ast.MatchMapping):
         return [node.rest or ""]
+    if isinstance(node, ast.MatchClass):
+        return list(node.kwd_attrs)
+    if isinstance(node, ast.ImportFrom):
+        return [node.module or ""]
     return []
 
 
@@ -97,12 +105,29 @@ def _in_tree(tree: ast.Module) -> Finding | None:
                 text = None if folded is None else _text_of(folded)
             if text is not None and holds_secret("", text):
                 found.append(Finding(line, _kind(node, in_pattern, key)))
+        found.extend(Finding(line, "a number under a credential name") for _ in _numbers(node))
         pattern = in_pattern or isinstance(node, ast.pattern)
         keys = {id(child) for child in key_nodes(node)}
         stack.extend(
             (child, pattern, key or id(child) in keys) for child in ast.iter_child_nodes(node)
         )
+    glued = glued_prefix(tree)
+    if glued is not None:
+        found.append(Finding(glued, "a credential glued together from pieces"))
     return min(found, key=lambda finding: finding.line) if found else None
+
+
+def _numbers(node: ast.AST) -> list[str]:
+    """The names of credentials ``node`` binds to a number (``password = 83749203``)."""
+    return [
+        name
+        for child in ast.iter_child_nodes(node)
+        if isinstance(child, ast.Constant)
+        and type(child.value) is int
+        and abs(child.value) >= _PIN_LIKE
+        and (name := binding_contexts(node).get(id(child))) is not None
+        and is_secret_keyword(name)
+    ]
 
 
 def find_secret(code: str, *, read_comments: bool = True) -> Finding | None:

@@ -29,15 +29,18 @@ Example::
 from __future__ import annotations
 
 import re
+import string
 from typing import Final, cast
 
 from pml.analysis.credentials import (
     CREDENTIAL_SHAPES,
+    flag_spans,
     is_secret_keyword,
     keyword_words,
     looks_random,
     looks_secret,
 )
+from pml.analysis.token_shapes import command_line_spans
 
 REDACTED: Final = "[REDACTED]"
 MAX_TOKEN = 256
@@ -59,6 +62,22 @@ _ASSIGNMENT = re.compile(
     r"([^\s\"'&;,)}\]]{1,4096})"
 )
 _MAX_VALUE = 4096
+# A quoted value runs to its closing quote on the same line (``password='two words'``); a
+# passphrase or mnemonic is words: to the end of its line.
+_QUOTED_REST = re.compile(r"[^\n]{0,256}?(?=['\"])")
+_LINE_REST = re.compile(r"[^\n]{0,512}")
+_PHRASE_WORDS = frozenset({"passphrase", "mnemonic"})
+# ``api key 9d3f...``, ``secret: 4c1e...``: a key-like word, then a token (hex included).
+_KEY_WORD_VALUE = re.compile(
+    r"(?i:\b(?:key|token|secret|password|passwd|pwd|passphrase)"
+    r"(?:[ \t]{0,4}[:=][ \t]{0,4}|[ \t]{1,4})(?:is[ \t]{1,4})?)"
+    r"([A-Za-z0-9\-_.+/]{16,256}=*)(?![A-Za-z0-9\-_.+/=])"
+)
+# ``the password is Tr0ub4dor&3``, ``set the passcode to 83749203``: a password in prose.
+_PROSE_PASSWORD = re.compile(
+    r"(?i:\b(?:password|passwd|pwd|passphrase|passcode)[ \t]{1,4}"
+    r"(?:(?:is|was|to|of|=|:)[ \t]{1,4})?)([^\s'\"]{6,128})"
+)
 _VALUE_REST = re.compile(r"[^\s\"'&;,)}\]]*")
 PEM_BEGIN = re.compile(r"-----BEGIN[A-Z ]{0,40}PRIVATE KEY-----")
 PEM_END = re.compile(r"-----END[A-Z ]{0,40}PRIVATE KEY-----")
@@ -91,12 +110,47 @@ def _assignments(text: str) -> list[tuple[int, int]]:
             continue
         if keyword_words(keyword) == ["auth"] or not is_secret_keyword(keyword):
             continue
-        if _real_value(value) and (looks_secret(keyword, value) or any(c.isdigit() for c in value)):
-            end = match.start(2) + len(value)
-            if len(match[2]) == _MAX_VALUE:  # a longer value: to its end, all of it
-                rest = _VALUE_REST.match(text, match.end(2))
-                end = rest.end() if rest is not None else match.end(2)
-            spans.append((match.start(2), end))
+        placeholder = value.lower() in _PLACEHOLDER_WORDS or _PLACEHOLDER.fullmatch(value)
+        phrase = not placeholder and not _PHRASE_WORDS.isdisjoint(keyword_words(keyword))
+        if phrase or (
+            _real_value(value) and (looks_secret(keyword, value) or any(c.isdigit() for c in value))
+        ):
+            spans.append((match.start(2), _value_end(text, match, value, phrase=phrase)))
+    return spans
+
+
+def _value_end(text: str, match: re.Match[str], value: str, *, phrase: bool) -> int:
+    """Where an assigned value ends: its closing quote, its line for a passphrase, else the
+    first space (a longer value than ``_MAX_VALUE``: to its end, all of it)."""
+    end = match.start(2) + len(value)
+    opening = text[match.start(2) - 1] if match.start(2) > 0 else ""
+    if opening in "'\"":
+        rest = _QUOTED_REST.match(text, match.start(2))
+        if rest is not None and text[rest.end()] == opening:
+            return max(end, rest.end())
+    if phrase:
+        rest = _LINE_REST.match(text, match.start(2))
+        return max(end, len(text[: rest.end()].rstrip()) if rest is not None else end)
+    if len(match[2]) == _MAX_VALUE:
+        rest = _VALUE_REST.match(text, match.end(2))
+        return rest.end() if rest is not None else match.end(2)
+    return end
+
+
+def _key_word_values(text: str) -> list[tuple[int, int]]:
+    """``api key 9d3f...``: a token after a key-like word, random or a long hex run; and
+    ``password is Tr0ub4dor&3``: letters with digits or signs after a password word."""
+    spans: list[tuple[int, int]] = []
+    for match in _KEY_WORD_VALUE.finditer(text):
+        value = match[1].rstrip(".")
+        hexadecimal = len(value) >= 20 and all(c in string.hexdigits for c in value)
+        if hexadecimal or looks_random(value):
+            spans.append((match.start(1), match.start(1) + len(value)))
+    for match in _PROSE_PASSWORD.finditer(text):
+        value = match[1].rstrip(_TRAILING)
+        digits = any(c.isdigit() for c in value)
+        if digits and _real_value(value) and not value.startswith(("/", "~", "[", "(", "`")):
+            spans.append((match.start(1), match.start(1) + len(value)))
     return spans
 
 
@@ -145,7 +199,8 @@ def secret_spans(text: str) -> list[tuple[int, int]]:
     spans = [match.span() for match in _SHAPES.finditer(text)]
     spans += [match.span(1) for match in _SCHEME.finditer(text) if _scheme_credential(match[1])]
     spans += [match.span(1) for match in _URL_PASSWORD.finditer(text)]
-    spans += _assignments(text) + _pem(text) + _random_runs(text)
+    spans += _assignments(text) + _pem(text) + _random_runs(text) + _key_word_values(text)
+    spans += flag_spans(text) + command_line_spans(text)
     if not spans and looks_secret("", text):
         stripped = text.strip()
         start = text.index(stripped) if stripped else 0

@@ -44,13 +44,8 @@ from pathlib import PurePath
 from typing import Any, Final, cast
 from uuid import UUID
 
-from pml.analysis.credentials import (
-    CREDENTIAL_SHAPES,
-    is_secret_keyword,
-    keyword_words,
-    looks_random,
-    looks_secret,
-)
+from pml.analysis.credentials import is_secret_keyword, keyword_words
+from pml.analysis.secret_text import redact_spans, secret_spans
 
 logger = logging.getLogger(__name__)
 
@@ -72,27 +67,6 @@ _CLEAN_MAX_ENTRIES: Final = 4096
 _CLEAN_MAX_CHARS: Final = 512
 _KNOWN_CLEAN: dict[str, None] = {}
 
-# Credential shapes whose whole match is the secret.
-_TOKENS = CREDENTIAL_SHAPES
-# ``Bearer <token>`` / ``Basic <base64>``: the scheme word stays, the credential goes.
-_AUTH_SCHEME = re.compile(
-    r"(?i:\b(bearer|basic|token)\s{1,8})([A-Za-z0-9\-._~+/]{8,}=*)(?![A-Za-z0-9\-._~+/=])"
-)
-# ``scheme://user:password@``: the password goes.
-_URL_PASSWORD = re.compile(
-    r"(?<![A-Za-z0-9+.\-])([A-Za-z][A-Za-z0-9+.\-]{0,31}://[^/\s:@]{0,256}:)([^/\s@]{1,256})@"
-)
-# ``password=...``, ``"api_key": "..."``, ``token: ...`` written inside text.
-_ASSIGNMENT = re.compile(
-    r"(?<![A-Za-z0-9_\-])([A-Za-z][A-Za-z0-9_\-]{0,63})"
-    r"([\"']?[ \t]{0,3}[:=][ \t]{0,3}[\"']?)"
-    r"([^\s\"'&;,)}\]]{1,4096})"
-)
-_PEM_BEGIN = re.compile(r"-----BEGIN[A-Z ]{0,40}PRIVATE KEY-----")
-_PEM_END = re.compile(r"-----END[A-Z ]{0,40}PRIVATE KEY-----")
-# Runs of token characters that may hold a random secret (judged by ``looks_random``).
-_CANDIDATE = re.compile(r"[A-Za-z0-9+/=_\-.~]{20,}")
-_PART_SEPARATORS = re.compile(r"([/\\?&=#:;@])")
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _PLACEHOLDER = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|<[^<>]*>|\{\{[^{}]*\}\}|\*+")
 _PLACEHOLDER_WORDS = frozenset(
@@ -264,50 +238,4 @@ def _remember_clean(text: str) -> None:
 
 
 def _redact_uncached(text: str) -> str:
-    text = _redact_pem(text)
-    text = _TOKENS.sub(REDACTED, text)
-    text = _AUTH_SCHEME.sub(_keep_scheme, text)
-    text = _URL_PASSWORD.sub(lambda m: f"{m[1]}{REDACTED}@", text)
-    text = _ASSIGNMENT.sub(_assignment, text)
-    return _CANDIDATE.sub(_random_run, text)
-
-
-def _redact_pem(text: str) -> str:
-    begin = _PEM_BEGIN.search(text)
-    while begin is not None:
-        end = _PEM_END.search(text, begin.end())
-        stop = end.end() if end is not None else len(text)
-        text = text[: begin.start()] + REDACTED + text[stop:]
-        begin = _PEM_BEGIN.search(text, begin.start() + len(REDACTED))
-    return text
-
-
-def _keep_scheme(match: re.Match[str]) -> str:
-    credential = match[2]
-    if credential.isalpha() and len(credential) < 20:  # "basic authentication": words
-        return match[0]
-    return f"{match[0][: match.start(2) - match.start(0)]}{REDACTED}"
-
-
-def _assignment(match: re.Match[str]) -> str:
-    keyword, separator, value = match[1], match[2], match[3]
-    if value.startswith("[REDACTED") or _is_placeholder(value):
-        return match[0]
-    if not is_secret_keyword(keyword) or keyword.lower() == "auth":
-        return match[0]
-    if not looks_secret(keyword, value) and not any(char.isdigit() for char in value):
-        return match[0]
-    return f"{keyword}{separator}{REDACTED}"
-
-
-def _random_run(match: re.Match[str]) -> str:
-    run = match[0]
-    chunks = [run[start : start + 256] for start in range(0, len(run), 256)]
-    if not any(looks_random(chunk) for chunk in chunks):
-        return run
-    parts = _PART_SEPARATORS.split(run)
-    if len(parts) > 1:
-        kept = [REDACTED if looks_random(part) else part for part in parts]
-        if REDACTED in kept:
-            return "".join(kept)
-    return REDACTED
+    return redact_spans(text, secret_spans(text))

@@ -22,6 +22,7 @@ from typing import cast
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from pml.analysis.code_hash import normalized_code_hash, parse_snippet
+from pml.analysis.secret_text import holds_secret
 from pml.errors import (
     InvalidInput,
     LimitExceeded,
@@ -211,6 +212,8 @@ def check_tags(tags: object) -> list[str]:
                 "Use 1-64 letters, digits, '_', ':', '.' or '-'.",
                 field="tags",
             )
+        if holds_secret("", tag):
+            raise InvalidInput("a tag looks like a secret (a token or key)", field="tags")
         if tag not in items:
             items.append(tag)
     if len(items) > MAX_TAGS:
@@ -219,7 +222,8 @@ def check_tags(tags: object) -> list[str]:
 
 
 def check_description(description: object) -> str:
-    """A description of at most 4000 characters."""
+    """A description of at most 4000 characters, its secrets redacted as an intent's are
+    (SPEC §6.1: it is shown to every caller who may see the capability)."""
     if not isinstance(description, str):
         raise InvalidInput("description must be a string", field="description")
     if len(description) > MAX_DESCRIPTION:
@@ -227,7 +231,7 @@ def check_description(description: object) -> str:
             f"description is too long: {len(description)} characters (max: {MAX_DESCRIPTION})",
             field="description",
         )
-    return description
+    return redact_secrets(description)
 
 
 def check_intent(intent: object) -> str | None:
