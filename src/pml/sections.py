@@ -37,6 +37,8 @@ class SandboxSettings(BaseModel):
     max_result_bytes: int = Field(default=1_000_000, gt=0)
     # One upstream tool result a snippet receives; larger ones fail the run (LIMIT_EXCEEDED).
     max_tool_result_bytes: int = Field(default=10_000_000, gt=0)
+    # The arguments of one tool call a snippet makes, and of all its calls in flight at once.
+    max_tool_args_bytes: int = Field(default=10_000_000, gt=0)
     # Sandbox worker processes of this gateway (a pool setting, read at start);
     # 0: automatic, twice the CPU count and at least 4 (see ``pool_size``).
     workers: int = Field(default=0, ge=0, le=256)

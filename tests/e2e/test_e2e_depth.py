@@ -8,9 +8,11 @@ JSON-RPC error or an error result, and the same gateway answers the next ordinar
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -93,6 +95,29 @@ class StdioPeer:
         self._stdin.write(data + b"\n")
         self._stdin.flush()
 
+    def send_raw(self, data: bytes) -> None:
+        self._stdin.write(data)
+        self._stdin.flush()
+
+    def drain_until(self, marker: bytes, *, then: dict[str, Any]) -> int:
+        """Read every pending answer (a reader thread), send ``then``, and read until a line
+        holding ``marker``; the bytes read."""
+        seen = [0]
+        found = threading.Event()
+
+        def read() -> None:
+            for line in self._stdout:
+                seen[0] += len(line)
+                if marker in line:
+                    found.set()
+                    return
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        self.send(then)
+        assert found.wait(WAIT_S), "the gateway did not answer once its answers were read"
+        return seen[0]
+
     def answer(self, request_id: int | str | None) -> dict[str, Any]:
         """The next answer to ``request_id`` (None: an error without an id), others skipped."""
         deadline = time.monotonic() + WAIT_S
@@ -134,13 +159,15 @@ def stdio(config: Path, tmp_path: Path) -> Iterator[StdioPeer]:
 def test_stdio_a_line_100_000_deep_is_a_parse_error_and_the_gateway_serves_on(
     stdio: StdioPeer,
 ) -> None:
-    for line in (
-        b"[" * 100_000,
-        nested_text(100_000, "mixed").encode(),
-        with_deep_arguments(3, "deep__ping", 1_000),
+    for line, request_id in (
+        (b"[" * 100_000, None),
+        (nested_text(100_000, "mixed").encode(), None),
+        # The id comes before the deep part: the answer carries it, so the call ends.
+        (with_deep_arguments(3, "deep__ping", 1_000), 3),
+        (with_deep_arguments(5, "pml_execute", MAX_JSON_DEPTH - 2), 5),
     ):
         stdio.send(line)
-        answer = stdio.answer(None)
+        answer = stdio.answer(request_id)
         assert answer["error"] == {"code": -32700, "message": TOO_DEEP_MESSAGE}
     stdio.send(call(4, "deep__ping", {}))
     pong = stdio.answer(4)
@@ -174,6 +201,40 @@ def test_stdio_a_deep_upstream_result_is_a_tool_error_at_once(
     assert time.monotonic() - started < 30, "the call waited for its timeout"
     stdio.send(call(3, "deep__ping", {}))
     assert stdio.answer(3)["result"]["isError"] is False
+
+
+def test_stdio_a_client_that_does_not_read_its_answers_stops_being_read(
+    stdio: StdioPeer,
+) -> None:
+    # 20 000 pipelined requests whose answers are never read: the gateway must stop reading
+    # once its output is backed up, not start every request and hold every answer.
+    process = stdio.process
+    request = json.dumps(
+        {"jsonrpc": "2.0", "id": 9, "method": "tools/list"}, separators=(",", ":")
+    ).encode()
+    batch = (request + b"\n") * 1_000
+    writer = threading.Thread(target=_write_batches, args=(stdio, batch, 20), daemon=True)
+    writer.start()
+    time.sleep(6)
+    rss_mb = _rss_mb(process.pid)
+    assert rss_mb < 400, f"the gateway held {rss_mb:.0f} MB for answers nobody read"
+    drained = stdio.drain_until(b'"id":"last"', then=call("last", "deep__ping", {}))
+    assert drained > 0
+    writer.join(timeout=60)
+    assert process.poll() is None
+
+
+def _write_batches(stdio: StdioPeer, batch: bytes, count: int) -> None:
+    with contextlib.suppress(BrokenPipeError, ValueError):
+        for _ in range(count):
+            stdio.send_raw(batch)
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 # -- HTTP ---------------------------------------------------------------------------------

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from pml.errors import LimitExceeded
 from pml.execution import journal as journal_module
 from pml.execution.journal import Journal
-from pml.execution.values import MAX_TOOL_ERROR_BYTES, raise_for_error, result_size
+from pml.execution.values import MAX_TOOL_ERROR_BYTES, raise_for_error
 from pml.sandbox.base import SnippetToolError
+from pml.sandbox.jsonvalue import bounded_json_size as result_size
 
 READ = "filesystem:read_file"
 

@@ -275,3 +275,60 @@ async def test_attributes_named_like_guards_are_ordinary(engine: MontyEngine) ->
         "d = {'_pml_x': 1}\nreturn d['_pml_x']", args={}, caller=RecordingCaller(), limits=limits()
     )
     assert outcome.value == 1
+
+
+# -- tool-call arguments --------------------------------------------------------------------
+
+
+async def test_arguments_over_the_limit_fail_the_run_before_the_call_is_sent(
+    engine: MontyEngine,
+) -> None:
+    caller = RecordingCaller()
+    code = "s = 'x' * 3_000_000\nreturn await mcp.fs.write(path='a', content=s)"
+    error = await failure(engine, code, caller=caller, max_tool_args_bytes=2 * MB)
+    assert isinstance(error, LimitExceeded)
+    assert error.data == {"limit": "max_tool_args_bytes"}
+    assert error.message.startswith("fs.write(): its arguments are more than 2097152 bytes")
+    assert caller.calls == []
+
+
+async def test_calls_in_flight_together_count_against_the_limit(engine: MontyEngine) -> None:
+    caller = RecordingCaller(delay=0.5)
+    code = (
+        "import asyncio\ns = 'x' * 800_000\n"
+        "async def one(i):\n    return await mcp.fs.write(path=str(i), content=s)\n"
+        "return await asyncio.gather(*[one(i) for i in range(10)])"
+    )
+    error = await failure(engine, code, caller=caller, max_tool_args_bytes=2 * MB)
+    assert isinstance(error, LimitExceeded)
+    assert "the tool calls in flight at once would hold more than 2097152" in error.message
+    assert len(caller.calls) == 2  # two fit; the third would not
+
+
+async def test_the_same_bytes_sent_one_call_after_another_are_fine(engine: MontyEngine) -> None:
+    caller = RecordingCaller()
+    code = (
+        "s = 'x' * 800_000\nn = 0\nfor i in range(10):\n"
+        "    r = await mcp.fs.write(path=str(i), content=s)\n    n += 1\nreturn n"
+    )
+    outcome = await engine.run(
+        code, args={}, caller=caller, limits=limits(max_tool_args_bytes=2 * MB)
+    )
+    assert outcome.value == 10
+    assert len(caller.calls) == 10
+
+
+async def test_printed_output_counts_as_the_escaped_json_it_is_sent_as(
+    engine: MontyEngine,
+) -> None:
+    # 200 000 NUL characters are 1.2 MB of JSON ("\u0000" each): past a 1 MB limit.
+    error = await failure(engine, "print(chr(0) * 200_000)", max_result_bytes=1_000_000)
+    assert isinstance(error, LimitExceeded)
+    assert error.data == {"limit": "max_result_bytes"}
+    outcome = await engine.run(
+        "print(chr(0) * 150_000)",
+        args={},
+        caller=RecordingCaller(),
+        limits=limits(max_result_bytes=1_000_000),
+    )
+    assert len(json.dumps(outcome.logs).encode()) < 1_000_000

@@ -42,13 +42,13 @@ from pml.execution.registry_calls import NOT_ON_CLIENT
 from pml.execution.values import (
     args_digest,
     raise_for_error,
-    result_size,
     snippet_value,
     too_large_result,
 )
 from pml.policy.enforcer import PolicyEnforcer, RequestPolicy
 from pml.registry.reliability import counts_against
 from pml.sandbox.base import SnippetToolError, ToolRef
+from pml.sandbox.jsonvalue import bounded_json_size
 from pml.upstream.base import UpstreamPool
 
 # A capability may call capabilities, but not without end.
@@ -229,7 +229,7 @@ class RunCaller:
             self._finished(target, digest, started, False, False)
             raise
         limit = budget.settings.max_tool_result_bytes
-        size = result_size(result, limit)
+        size = bounded_json_size(result, limit)
         if size > limit:
             self._finished(target, digest, started, False, False)
             raise too_large_result(address, limit)

@@ -56,32 +56,6 @@ def raise_for_error(tool: str, result: Mapping[str, Any]) -> None:
         raise SnippetToolError(tool, message)
 
 
-def result_size(value: object, stop_after: int) -> int:
-    """Bytes of ``value`` as compact UTF-8 JSON (a raw tool result: JSON data), counted
-    without building the text (escapes inside strings are not counted: a lower bound);
-    the count stops soon after passing ``stop_after``."""
-    size = 0
-    pending: list[object] = [value]
-    while pending and size <= stop_after:
-        item = pending.pop()
-        if isinstance(item, str):
-            size += (len(item) if item.isascii() else len(item.encode("utf-8", "replace"))) + 2
-        elif isinstance(item, dict):
-            mapping = cast("dict[object, object]", item)
-            size += 2 + max(0, 2 * len(mapping) - 1)  # braces, colons and commas
-            pending.extend(mapping.keys())
-            pending.extend(mapping.values())
-        elif isinstance(item, list | tuple):
-            items = cast("list[object] | tuple[object, ...]", item)
-            size += 1 + max(1, len(items))  # brackets and commas
-            pending.extend(items)
-        elif item is None or isinstance(item, bool):
-            size += 5 if item is False else 4
-        else:
-            size += len(repr(item)) if isinstance(item, int | float) else 2
-    return size
-
-
 def too_large_result(address: str, limit: int) -> LimitExceeded:
     """``LIMIT_EXCEEDED`` for one tool result over ``limit`` bytes (``max_tool_result_bytes``)."""
     return LimitExceeded(

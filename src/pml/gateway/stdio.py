@@ -24,6 +24,8 @@ import fcntl
 import json
 import logging
 import os
+import re
+import time
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -31,6 +33,7 @@ from typing import Any, Final, Protocol
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import mcp_types
 from mcp.server import Server
 from mcp.shared.message import SessionMessage
@@ -146,12 +149,20 @@ async def serve_on_pipes(
     async def read_lines(tasks: anyio.abc.TaskGroup) -> None:
         async with to_server:
             while (line := await _read_line(pipes.reader)) is not None:
+                # Backpressure: a client that does not read its answers stops being read.
+                # Waiting for stdout to drain (and a turn of the loop, so answers already
+                # under way are written) bounds what unread answers and requests hold.
+                await pipes.writer.drain()
+                await anyio.lowlevel.checkpoint()
                 if isinstance(line, _Overlong):
                     pipes.write_line(_error_line(mcp_types.PARSE_ERROR, str(line)))
                     continue
                 if wire_json.text_too_deep(line):  # before any parser (they recurse)
-                    logger.warning("stdio: a message nested too deep was refused")
-                    pipes.write_line(_error_line(mcp_types.PARSE_ERROR, wire_json.TOO_DEEP_MESSAGE))
+                    _refusals.note("a message nested too deep was refused")
+                    message_id = _leading_id(line)  # so that the client's call ends
+                    pipes.write_line(
+                        _error_line(mcp_types.PARSE_ERROR, wire_json.TOO_DEEP_MESSAGE, message_id)
+                    )
                     continue
                 if lane is not None and lane.take(line, tasks):
                     continue
@@ -199,6 +210,30 @@ def _answer_id(message: mcp_types.JSONRPCMessage) -> object:
     return message.id if is_answer else None
 
 
+class _Refusals:
+    """Warnings about refused lines, at most one a second (the rest counted into the next):
+    a flood of bad lines must not become a flood of log."""
+
+    def __init__(self, interval_s: float = 1.0) -> None:
+        self._interval_s = interval_s
+        self._last = -interval_s
+        self._skipped = 0
+
+    def note(self, what: str) -> None:
+        now = time.monotonic()
+        if now - self._last < self._interval_s:
+            self._skipped += 1
+            return
+        more = (
+            f" ({self._skipped} more refused lines since the last warning)" if self._skipped else ""
+        )
+        logger.warning("stdio: %s%s", what[:300], more)
+        self._last, self._skipped = now, 0
+
+
+_refusals = _Refusals()
+
+
 class _Overlong(ValueError):
     """A line longer than ``MAX_LINE_BYTES`` (skipped)."""
 
@@ -232,18 +267,40 @@ def _malformed_answer(line: bytes, error: ValueError) -> bytes:
     try:
         value: object = wire_json.loads(line)
     except ValueError:
-        logger.warning("stdio: a line that is not JSON was answered with a parse error")
+        _refusals.note("a line that is not JSON was answered with a parse error")
         return _error_line(mcp_types.PARSE_ERROR, "Parse error: the message is not JSON")
     request_id = value.get("id") if isinstance(value, dict) else None  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
     if isinstance(request_id, bool) or not isinstance(request_id, int | str):
         request_id = None
     detail = error.errors()[0]["msg"] if isinstance(error, ValidationError) else str(error)
-    logger.warning("stdio: an invalid JSON-RPC message was refused: %s", detail)
+    _refusals.note(f"an invalid JSON-RPC message was refused: {detail}")
     return _error_line(
         mcp_types.INVALID_REQUEST,
         f"Invalid request: not a JSON-RPC 2.0 message ({detail})",
         request_id,
     )
+
+
+# ``"id": 7`` or ``"id": "abc"`` at the top level, before the first nested value.
+_LEADING_ID = re.compile(rb'"id"[ \t]*:[ \t]*(-?[0-9]{1,18}(?![0-9.eE])|"(?:[^"\\]|\\.){0,256}")')
+
+
+def _leading_id(line: bytes) -> int | str | None:
+    """The request id of a message too deep to parse, when it comes before the first
+    nested value (as clients write it: ``{"jsonrpc", "id", "method", "params"}``)."""
+    start = line.find(b"{")
+    if start < 0:
+        return None
+    nested = [at for at in (line.find(b"{", start + 1), line.find(b"[", start + 1)) if at >= 0]
+    head = line[start : min(nested, default=len(line))][:1024]
+    match = _LEADING_ID.search(head)
+    if match is None:
+        return None
+    try:
+        value: object = json.loads(match[1])
+    except ValueError:
+        return None
+    return value if isinstance(value, int | str) and not isinstance(value, bool) else None
 
 
 def _has_id(line: bytes) -> bool:

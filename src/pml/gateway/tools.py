@@ -24,7 +24,7 @@ from typing import Any, Final, TypeVar
 import mcp_types
 
 from pml.errors import InternalError, InvalidInput, NotAvailable, NotFound, PmlError
-from pml.execution.values import result_size, too_large_result
+from pml.execution.values import too_large_result
 from pml.gateway.capability_tools import CapabilityToolCatalog
 from pml.gateway.paging import cursor_for, cursor_offset
 from pml.gateway.results import capability_result, error_result, json_result
@@ -44,6 +44,7 @@ from pml.registry.names import CAPABILITY_TOOL_PREFIX
 from pml.registry.names import TOOL_NAME_PATTERN as TOOL_NAME
 from pml.registry.scope import Scope
 from pml.registry.tools import CapTools, parse_params
+from pml.sandbox.jsonvalue import bounded_json_size
 from pml.upstream.base import PASS_THROUGH_SEPARATOR, UpstreamPool, UpstreamTool
 
 logger = logging.getLogger(__name__)
@@ -212,7 +213,7 @@ class GatewayTools:
             failure = error_result(InternalError("Internal error while running the tool"))
         else:
             limit = self._max_result_bytes
-            if limit is None or result_size(result, limit) <= limit:
+            if limit is None or bounded_json_size(result, limit) <= limit:
                 ok = result.get("isError") is not True
                 self._count(scope, server, tool, started, ok, request)
                 return result
@@ -271,7 +272,7 @@ class GatewayTools:
             limit = self._max_result_bytes
             if (
                 limit is not None
-                and result_size(result.model_dump(exclude_none=True), limit) > limit
+                and bounded_json_size(result.model_dump(exclude_none=True), limit) > limit
             ):
                 raise too_large_result(f"{server}:{tool}", limit)
         except PmlError:

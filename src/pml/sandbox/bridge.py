@@ -6,7 +6,8 @@ sink, called from a pydantic-monty thread) and the two size guards of
 :mod:`pml.sandbox.guards` (:meth:`RunBridge.result_too_large`,
 :meth:`RunBridge.error_too_long`: a value too large to cross, reported instead). It
 
-- checks each call (keyword arguments only, JSON arguments) and counts it against
+- checks each call (keyword arguments only, JSON arguments of at most
+  ``max_tool_args_bytes``, with the calls still in flight) and counts it against
   ``max_tool_calls`` *before* the caller sees it;
 - turns a ``SnippetToolError`` into the snippet's ``ToolError``;
 - on a ``PmlError`` from the caller, or a refused call, or too much printed output, or a
@@ -33,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import binascii
 import logging
+import re
 from typing import Any, TypeGuard, cast
 
 import anyio
@@ -40,7 +42,7 @@ import anyio
 from pml.config import SandboxSettings
 from pml.errors import ExecutionFailed, InternalError, LimitExceeded, PmlError
 from pml.sandbox.base import SnippetToolError, ToolCaller, ToolRef
-from pml.sandbox.jsonvalue import NotJsonError, json_value
+from pml.sandbox.jsonvalue import NotJsonError, bounded_json_size, json_value
 from pml.sandbox.truncate import bounded_text, error_bytes
 
 logger = logging.getLogger(__name__)
@@ -53,6 +55,17 @@ _ABORTED = "the run was stopped"
 # its text: a flood of tiny prints must not cost more than the text it keeps).
 _CHUNKS_BEFORE_JOIN = 256
 _MAX_TYPE_NAME = 100
+# What JSON escapes: a control character becomes ``\u0000`` (6 bytes), save the five with a
+# short escape (``\n``: 2 bytes); a quote or a backslash takes 2 bytes too.
+_LONG_ESCAPE = re.compile("[\x00-\x07\x0b\x0e-\x1f]")
+_SHORT_ESCAPE = re.compile('[\x08\x09\x0a\x0c\x0d"\\\\]')
+
+
+def json_text_bytes(text: str) -> int:
+    """The bytes ``text`` takes inside a JSON string, escapes included (printed output is
+    sent as JSON: a million NUL characters are six megabytes there)."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    return size + 5 * len(_LONG_ESCAPE.findall(text)) + len(_SHORT_ESCAPE.findall(text))
 
 
 class RunBridge:
@@ -74,6 +87,7 @@ class RunBridge:
         self._failure: PmlError | None = None
         self.tool_errors: list[SnippetToolError] = []
         self.tool_calls = 0
+        self._args_in_flight = 0
 
     def attach(self, scope: anyio.CancelScope) -> None:
         """The cancel scope around the sandbox feed, cancelled by :meth:`abort`."""
@@ -108,7 +122,7 @@ class RunBridge:
         del stream  # stdout and stderr share the log
         if self._print_failure is not None:
             return
-        self._printed_bytes += len(text.encode("utf-8", "surrogatepass"))
+        self._printed_bytes += json_text_bytes(text)
         limit = self._limits.max_result_bytes
         if self._printed_bytes > limit:
             self._print_failure = LimitExceeded(
@@ -165,6 +179,7 @@ class RunBridge:
             arguments = json_value(cast("dict[str, Any]", kwargs), "arguments")
         except NotJsonError as error:
             raise TypeError(f"{ref}(): arguments are not JSON-serialisable: {error}") from None
+        size = self._args_size(ref, arguments)
         limit = self._limits.max_tool_calls
         if self.tool_calls >= limit:
             self.abort(
@@ -174,6 +189,7 @@ class RunBridge:
             )
             raise RuntimeError(_ABORTED)
         self.tool_calls += 1
+        self._args_in_flight += size
         with anyio.CancelScope() as scope:
             self._call_scopes.add(scope)
             try:
@@ -187,10 +203,37 @@ class RunBridge:
                 logger.exception("tool call %s failed inside the sandbox bridge", ref)
                 self.abort(InternalError("Internal error while calling a tool"))
             finally:
+                self._args_in_flight -= size
                 self._call_scopes.discard(scope)
                 if not self._call_scopes and self._drained is not None:
                     self._drained.set()
         raise RuntimeError(_ABORTED)
+
+    def _args_size(self, ref: ToolRef, arguments: dict[str, Any]) -> int:
+        """The JSON size of one call's arguments (at least), checked against
+        ``max_tool_args_bytes`` alone and with every call still in flight: past it the run
+        fails (``LIMIT_EXCEEDED``) before anything is sent."""
+        limit = self._limits.max_tool_args_bytes
+        size = bounded_json_size(arguments, limit)
+        if size > limit:
+            self.abort(
+                LimitExceeded(
+                    f"{ref}(): its arguments are more than {limit} bytes of JSON "
+                    "(max_tool_args_bytes): send less in one call",
+                    limit="max_tool_args_bytes",
+                )
+            )
+            raise RuntimeError(_ABORTED)
+        if self._args_in_flight + size > limit:
+            self.abort(
+                LimitExceeded(
+                    f"{ref}(): the tool calls in flight at once would hold more than {limit} "
+                    "bytes of arguments (max_tool_args_bytes): await some before sending more",
+                    limit="max_tool_args_bytes",
+                )
+            )
+            raise RuntimeError(_ABORTED)
+        return size
 
     async def settle(self) -> None:
         """After the feed: refuse new calls, cancel those in flight, wait for them."""

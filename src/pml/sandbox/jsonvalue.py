@@ -57,6 +57,32 @@ def json_size(value: object) -> int:
     return len(text.encode("utf-8"))
 
 
+def bounded_json_size(value: object, stop_after: int) -> int:
+    """Bytes of ``value`` as compact UTF-8 JSON (a raw tool result: JSON data), counted
+    without building the text (escapes inside strings are not counted: a lower bound);
+    the count stops soon after passing ``stop_after``."""
+    size = 0
+    pending: list[object] = [value]
+    while pending and size <= stop_after:
+        item = pending.pop()
+        if isinstance(item, str):
+            size += (len(item) if item.isascii() else len(item.encode("utf-8", "replace"))) + 2
+        elif isinstance(item, dict):
+            mapping = cast("dict[object, object]", item)
+            size += 2 + max(0, 2 * len(mapping) - 1)  # braces, colons and commas
+            pending.extend(mapping.keys())
+            pending.extend(mapping.values())
+        elif isinstance(item, list | tuple):
+            items = cast("list[object] | tuple[object, ...]", item)
+            size += 1 + max(1, len(items))  # brackets and commas
+            pending.extend(items)
+        elif item is None or isinstance(item, bool):
+            size += 5 if item is False else 4
+        else:
+            size += len(repr(item)) if isinstance(item, int | float) else 2
+    return size
+
+
 class _Refused(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
