@@ -92,6 +92,7 @@ _PLACEHOLDER_WORDS = frozenset(
     | {"optional", "enabled", "disabled", "xxx", "changeme"}
 )
 _TRAILING = ".,;:)'\"!?"
+_SPACE = re.compile(r"\s")
 
 
 def _real_value(value: str) -> bool:
@@ -201,8 +202,10 @@ def secret_spans(text: str) -> list[tuple[int, int]]:
     spans += [match.span(1) for match in _URL_PASSWORD.finditer(text)]
     spans += _assignments(text) + _pem(text) + _random_runs(text) + _key_word_values(text)
     spans += flag_spans(text) + command_line_spans(text)
-    if not spans and looks_secret("", text):
-        stripped = text.strip()
+    # The whole text judged as one value: only a single token can be a credential the finders
+    # above miss (with a space in it, each of looks_secret's tests has a finder above).
+    stripped = text.strip()
+    if not spans and not _SPACE.search(stripped) and looks_secret("", stripped):
         start = text.index(stripped) if stripped else 0
         spans.append((start, start + len(stripped)))
     return _merged(text, spans)

