@@ -164,6 +164,7 @@ def create_app(
         tools=gateway.tools if fast_lane and not tracing.active() else None,
         host=host,
         routes=routes,
+        limits=limits if limits is not None else gateway.settings.limits,
     )
     services = web_services_of(gateway)
     app.router.routes.extend(web_routes(services, authenticate=as_key_check(authenticate)))

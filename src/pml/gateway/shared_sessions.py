@@ -21,7 +21,8 @@ client negotiated it. So:
   (30 minutes) on every replica ends too. A replica that stops or dies costs only the
   requests it was serving: the others go on serving its sessions.
 
-2026-07-28 requests carry no session and are served by the SDK's stateless path as before.
+Sessions are capped per API key and per process (``pml.gateway.session_caps``); 2026-07-28
+requests carry no session and are served by the SDK's stateless path as before.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import logging
 from collections.abc import AsyncGenerator, Generator
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Final
+from typing import Any, Final, Unpack
 
 import anyio
 import mcp_types
@@ -41,7 +42,6 @@ from anyio.abc import TaskStatus
 from mcp.server.connection import Connection
 from mcp.server.runner import serve_connection
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from starlette.datastructures import Headers
 from starlette.responses import Response
@@ -50,6 +50,7 @@ from starlette.types import Receive, Scope, Send
 from pml.errors import InvalidInput, LimitExceeded, PmlError
 from pml.gateway.notify import ToolListNotifier
 from pml.gateway.replica_link import TOUCH_INTERVAL_S, ReplicaLink
+from pml.gateway.session_caps import CappedSessionManager, SessionCaps
 from pml.gateway.session_http import (
     Requestor,
     body_of,
@@ -97,7 +98,7 @@ class _Held:
     tracked: bool = False  # told to the notifier by a request the HTTP lane answered
 
 
-class SharedSessionManager(StreamableHTTPSessionManager):
+class SharedSessionManager(CappedSessionManager):
     """The SDK's session manager, with sessions recorded in the database (see module)."""
 
     def __init__(
@@ -108,8 +109,9 @@ class SharedSessionManager(StreamableHTTPSessionManager):
         notifier: ToolListNotifier,
         security_settings: Any = None,
         touch_interval_s: float = TOUCH_INTERVAL_S,
+        **caps: Unpack[SessionCaps],
     ) -> None:
-        super().__init__(app, security_settings=security_settings)
+        super().__init__(app, security_settings=security_settings, **caps)
         self._store = McpSessionStore(db)
         self._link = ReplicaLink(db, self._store, touch_interval_s=touch_interval_s)
         self._notifier = notifier
@@ -218,6 +220,7 @@ class SharedSessionManager(StreamableHTTPSessionManager):
             self._server_instances[session_id] = transport
             if requestor is not None:
                 self._session_owners[session_id] = requestor
+            self._count(session_id, requestor)  # over the key's cap maybe: it exists already
             self._hold(session_id, _Held(record.session_hash, adopted=record))
             assert self._task_group is not None
             try:
