@@ -335,3 +335,20 @@ async def test_lifecycle_routes_need_a_key(web: WebHarness) -> None:
         response = await web.http.request(method, path, json={"force": True})
         assert response.status_code == 401
     assert "fs:read_config" in await _listed(Api(web))
+
+
+async def test_a_restore_past_the_projects_quota_is_409_and_changes_nothing(
+    web: WebHarness,
+) -> None:
+    api = Api(web)
+    fqdn = await _learn(web, "fs:read_config", READ)
+    await api.ok("POST", "/api/capabilities/fs:read_config/archive")
+    await _learn(web, "fs:double", DOUBLE)
+    web.pg.gateway.registry.capabilities_per_project = 1  # the project is now full
+
+    refused = await api.error(409, "POST", f"/api/capabilities/{fqdn}/restore", {})
+    assert refused["code"] == "LIMIT_EXCEEDED"
+    assert refused["limit"] == "capabilities_per_project"
+    assert "'fs:read_config' was not restored" in refused["message"]
+    assert (await _record(api, fqdn))["archived"] is True
+    assert await web.pg.events("CAPABILITY_RESTORED") == []

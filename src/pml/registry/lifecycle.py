@@ -12,6 +12,8 @@
   with ``force``, and the refusal names them.
 - **Restore** brings the record back under its name, or under ``new_name`` when another
   capability took it meanwhile; the aliases still free come back, the others are reported.
+  A project at its quota (``[limits] capabilities_per_project``) gets ``LIMIT_EXCEEDED``
+  and nothing changes: archive-create-restore must not grow a project past its quota.
   A capability whose code was learned again meanwhile cannot come back (the code is
   already that other capability).
 - **Purge** deletes every row of an archived capability (the database refuses to delete the
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pml.errors import InvalidInput, NameTaken, NotFound, VersionNotFound
+from pml.errors import InvalidInput, LimitExceeded, NameTaken, NotFound, VersionNotFound
 from pml.registry import naming
 from pml.registry.fqdn import message_value
 from pml.registry.models import CapabilityRecord, VersionRecord
@@ -39,6 +41,7 @@ from pml.registry.records import check_ref, check_version_tag
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityRegistry
 from pml.registry.versions import parse_version_spec, select_version, split_name_and_spec
+from pml.storage.capability_writes import count_capabilities
 from pml.storage.lifecycle_repo import SqlLifecycleRepository
 
 MAX_MESSAGE = 1_000
@@ -118,6 +121,7 @@ class CapabilityLifecycle:
             await lifecycle.unarchive(
                 record.fqdn, display_name=target, updated_by=scope.user, updated_at=now, **renamed
             )
+            await _within_quota(repo, scope, self._registry.capabilities_per_project, target)
             dropped = await _restore_aliases(repo, scope, record, now)
             restored = await repo.get(record.fqdn)
             assert restored is not None
@@ -230,6 +234,29 @@ class CapabilityLifecycle:
         details = {"capability": record.fqdn, "version": version.version, "tag": normalised}
         self._registry.audit("CAPABILITY_TAGGED", scope, details)
         return tagged
+
+
+async def _within_quota(
+    repo: naming.SqlCapabilityRepository, scope: Scope, quota: int, name: str
+) -> None:
+    """``LIMIT_EXCEEDED`` (the transaction then rolls back) when the restore just written
+    took the project over its quota.
+
+    Checked after the write, in its transaction: the trigger that counted the restored
+    capability holds the project's ``capability_counts`` row until commit and counted on
+    top of every committed change, so concurrent restores and captures cannot both pass.
+    """
+    if quota <= 0:
+        return
+    held = await count_capabilities(repo.conn, scope.org, scope.project)
+    if held > quota:
+        raise LimitExceeded(
+            f"Project {scope.key} already holds {held - 1} capabilities, its limit is {quota} "
+            f"(limits.capabilities_per_project): capability '{name}' was not restored; "
+            "archive or purge another capability first",
+            limit="capabilities_per_project",
+            max=quota,
+        )
 
 
 async def _restore_aliases(

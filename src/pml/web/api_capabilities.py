@@ -54,6 +54,7 @@ STATUS_OF_ERROR = {
     "NOT_FOUND": 404,
     "VERSION_NOT_FOUND": 404,
     "NAME_TAKEN": 409,
+    "LIMIT_EXCEEDED": 409,  # the project is at its capability quota (a restore)
     "STORAGE_ERROR": 503,  # the database is down or refused: not the caller's fault
 }
 _DIGITS = re.compile(r"[0-9]{1,19}")

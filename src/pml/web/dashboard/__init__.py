@@ -13,6 +13,7 @@ from __future__ import annotations
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
+from pml.limits.edge import RequestLimits
 from pml.web.dashboard import approvals, audit, capabilities, servers, usage
 from pml.web.dashboard.sessions import SessionStore, SignInTokens
 from pml.web.dashboard.signin import KeyCheck, signin_routes
@@ -27,11 +28,14 @@ def dashboard_routes(
     *,
     authenticate: KeyCheck | None = None,
     signin: SignInTokens | None = None,
+    limits: RequestLimits | None = None,
 ) -> list[BaseRoute]:
-    """Every dashboard route: sign-in, the pages, the static assets."""
+    """Every dashboard route: sign-in, the pages, the static assets. Failed sign-ins count
+    against ``limits``, by default the limiter of the app's ``ApiKeyMiddleware``."""
     sessions = SessionStore(services.db)
     ui = Ui(services, sessions)
-    routes: list[BaseRoute] = [*signin_routes(ui, services, sessions, signin, authenticate)]
+    signing_in = signin_routes(ui, services, sessions, signin, authenticate, limits)
+    routes: list[BaseRoute] = [*signing_in]
     for page in PAGES:
         routes.extend(page.routes(ui))
     routes.append(

@@ -7,8 +7,14 @@
     GET  /                      the approvals when any is pending, else the capabilities
 
 The login form is protected from cross-site posts by the same-origin check and a
-double-submit token (a cookie and a hidden field that must match). Repeated failures from
-one address are refused for a while (HTTP 429) and every failure is logged.
+double-submit token (a cookie and a hidden field that must match). A failed sign-in (an
+unknown, revoked or agent key) is a failed API key: it takes a token of the same
+per-address budget as ``/api`` and ``/mcp`` (``RequestLimits``, the address by
+``peer_address``: an IPv6 client by its /64) and is audited ``AUTH_FAILED`` the same
+coalesced way; an address out of tokens is refused with 429 here as there. Sharing the
+limiter, rather than keeping a budget of its own, means a brute force cannot spend the
+API's budget and then the dashboard's, and its bounded memory forgets the least recently
+seen addresses, never a locked-out one in favour of a flood.
 """
 
 from __future__ import annotations
@@ -16,17 +22,21 @@ from __future__ import annotations
 import hmac
 import logging
 import secrets
-import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from pml.errors import InvalidInput
+from pml.limits.addresses import peer_address
+from pml.limits.edge import RequestLimits
+from pml.limits.refusal import retry_after_header
 from pml.registry.scope import Principal
+from pml.telemetry.metrics import count_auth_failure
+from pml.web.auth import ApiKeyMiddleware
 from pml.web.dashboard.sessions import SESSION_COOKIE, SessionStore, SignInTokens
 from pml.web.dashboard.ui import Ui, form_of, same_origin, waiting, with_headers
 from pml.web.services import WebServices
@@ -34,36 +44,40 @@ from pml.web.services import WebServices
 logger = logging.getLogger(__name__)
 
 LOGIN_CSRF_COOKIE = "pml_login_csrf"
-MAX_FAILURES = 10
-FAILURE_WINDOW_S = 60.0
-MAX_TRACKED_ADDRESSES = 10_000
 KeyCheck = Callable[[str], Awaitable[Principal | None]]
 
 
-class FailedSignIns:
-    """Failed sign-ins per client address in a sliding window (bounded memory)."""
+class EdgeLimits:
+    """The failed-key limiter of the HTTP edge, shared with the dashboard's sign-in.
 
-    def __init__(self, limit: int = MAX_FAILURES, window_s: float = FAILURE_WINDOW_S) -> None:
-        self._limit = limit
-        self._window_s = window_s
-        self._failures: dict[str, deque[float]] = {}
+    ``pml serve --http`` builds one ``RequestLimits`` for ``ApiKeyMiddleware``; the sign-in
+    uses that very instance (``given``, else the one the app's middleware holds), so a
+    failure here and a bad key there count against one budget. Without one (an app with no
+    key middleware), a limiter of the ``[limits]`` settings is made once, with the audit.
+    """
 
-    def _recent(self, address: str) -> deque[float]:
-        now = time.monotonic()
-        times = self._failures.get(address, deque())
-        while times and now - times[0] > self._window_s:
-            times.popleft()
-        return times
+    def __init__(self, services: WebServices, given: RequestLimits | None = None) -> None:
+        self._services = services
+        self._limits = given
 
-    def blocked(self, address: str) -> bool:
-        return len(self._recent(address)) >= self._limit
+    def of(self, request: Request) -> RequestLimits:
+        """The limiter for ``request``'s app (looked up once)."""
+        if self._limits is None:
+            services = self._services
+            self._limits = _middleware_limits(request.scope.get("app")) or RequestLimits(
+                services.settings.limits, auditor=services.audit, audit_scope=services.deployment
+            )
+        return self._limits
 
-    def failed(self, address: str) -> None:
-        if len(self._failures) >= MAX_TRACKED_ADDRESSES and address not in self._failures:
-            self._failures.clear()  # a flood of addresses: start over rather than grow
-        times = self._recent(address)
-        times.append(time.monotonic())
-        self._failures[address] = times
+
+def _middleware_limits(app: object) -> RequestLimits | None:
+    """The ``limits`` ``ApiKeyMiddleware`` was added to ``app`` with (None: not there)."""
+    for middleware in getattr(app, "user_middleware", None) or ():
+        if isinstance(middleware, Middleware) and middleware.cls is ApiKeyMiddleware:
+            limits = middleware.kwargs.get("limits")
+            if isinstance(limits, RequestLimits):
+                return limits
+    return None
 
 
 def safe_next(value: str | None) -> str:
@@ -91,10 +105,12 @@ def signin_routes(
     sessions: SessionStore,
     signin: SignInTokens | None,
     authenticate: KeyCheck | None,
+    limits: RequestLimits | None = None,
 ) -> list[Route]:
     """The sign-in routes; ``authenticate`` (``ApiKeys.principal``) takes admin keys,
-    ``signin`` the one-time URL of ``pml dashboard`` (either may be None)."""
-    failures = FailedSignIns()
+    ``signin`` the one-time URL of ``pml dashboard`` (either may be None); failures count
+    against ``limits``, by default the HTTP edge's (``EdgeLimits``)."""
+    edge = EdgeLimits(services, limits)
 
     def login_page(request: Request, *, status: int = 200, message: str | None = None) -> Response:
         token = request.cookies.get(LOGIN_CSRF_COOKIE) or secrets.token_urlsafe(24)
@@ -125,13 +141,22 @@ def signin_routes(
             return RedirectResponse(safe_next(request.query_params.get("next")), status_code=303)
         return login_page(request)
 
+    def failed(request: Request, address: str, reason: str) -> None:
+        count_auth_failure(reason)
+        edge.of(request).key_failed(address)  # a token of the address, and AUTH_FAILED
+
     async def submit_login(request: Request) -> Response:
-        address = request.client.host if request.client else "?"
+        address = peer_address(request.scope)
         if not same_origin(request):
             return ui.refusal(403, "Cross-site sign-in posts are refused.")
-        if failures.blocked(address):
-            response = ui.refusal(429, "Too many failed sign-ins: wait a minute and try again.")
-            response.headers["Retry-After"] = str(int(FAILURE_WINDOW_S))
+        refusal = edge.of(request).address_refusal(address)
+        if refusal is not None:
+            response = ui.refusal(
+                429,
+                "Too many failed sign-ins or API keys from this address: "
+                f"wait {retry_after_header(refusal.retry_after_s)} s and try again.",
+            )
+            response.headers["Retry-After"] = retry_after_header(refusal.retry_after_s)
             return response
         try:
             fields = await form_of(request)
@@ -145,11 +170,11 @@ def signin_routes(
             return login_page(request, status=400, message="Sign in with the printed URL.")
         principal = await authenticate(fields.get("key", "").strip())
         if principal is None:
-            failures.failed(address)
+            failed(request, address, "invalid")
             logger.warning("dashboard sign-in with an invalid key from %s", address)
             return login_page(request, status=401, message="Invalid or revoked API key.")
         if not principal.is_admin:
-            failures.failed(address)
+            failed(request, address, "forbidden")
             logger.warning("dashboard sign-in with an agent key (%s)", principal.key_prefix)
             return login_page(
                 request,
