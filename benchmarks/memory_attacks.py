@@ -52,6 +52,17 @@ ONE_PRINT = 'print("p" * 100_000_000)'
 RECURSION = "def f(n):\n    return f(n + 1) + [n]\nf(0)"
 KEY_ERROR = 'd = {}\nd["k" * 50_000_000]'
 SYSTEM_EXIT = "raise SystemExit"
+NUL_PRINT = "print(chr(0) * 990_000)"  # 1 MB printed, 6 MB as the JSON it is sent as
+LONG_LINE_TRACEBACK = (  # every frame of the traceback carries the 97 KB line
+    "def f(n): return f(n + 1) if n < 995 else [].pop() + len('" + "x" * 97_000 + "')\nf(0)"
+)
+TUPLE_KEY_ERROR = "s = 'a' * 100_000\nd = {}\nd[(s,) * 10000]"
+ARGS_GATHERED = (  # each call's arguments cross to the gateway on their way to the upstream
+    "import asyncio\ns = 'x' * {size}\n"
+    "async def one(i):\n"
+    "    return await mcp.filesystem.read_text_file(path=s + str(i))\n"
+    "return len(await asyncio.gather(*[one(i) for i in range({n})]))"
+)
 READS = (
     "total = 0\nfor i in range({reads}):\n"
     "    text = await mcp.filesystem.read_text_file(path={path!r})\n"
@@ -137,6 +148,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             },
         )
         reads = READS.format(reads=args.reads, path=str(big))
+        big_args = ARGS_GATHERED.format(size=30 * MB, n=20)
+        many_args = ARGS_GATHERED.format(size=4 * MB, n=50)
         gathered = GATHERED.format(n=args.gathered, path=str(big))
         attacks: dict[str, Callable[[StdioGateway], Awaitable[list[dict[str, Any]]]]] = {
             "system_exit": lambda g: _concurrently(g, SYSTEM_EXIT, 1),
@@ -151,6 +164,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             f"tool_results_gathered_{args.gathered}x{args.file_mb}mb": lambda g: _concurrently(
                 g, gathered, 1
             ),
+            "nul_print_1mb_x4": lambda g: _concurrently(g, NUL_PRINT, 4),
+            "traceback_97kb_line_x995_frames": lambda g: _concurrently(g, LONG_LINE_TRACEBACK, 1),
+            "tool_args_30mb_gathered_x20": lambda g: _concurrently(g, big_args, 1),
+            "tool_args_4mb_gathered_x50": lambda g: _concurrently(g, many_args, 1),
+            "key_error_tuple_key": lambda g: _concurrently(g, TUPLE_KEY_ERROR, 1),
             "key_error_50mb_builtin": lambda g: _concurrently(g, KEY_ERROR, 1),
             "key_error_50mb_builtin_x4": lambda g: _concurrently(g, KEY_ERROR, 4),
         }
