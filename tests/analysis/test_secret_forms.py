@@ -68,6 +68,8 @@ def test_a_pin_like_number_under_a_credential_name_is_a_secret_but_a_short_one_i
     assert not looks_secret("password", "42")
     assert find_secret("password = 83749203\nreturn 1") is not None
     assert find_secret("password_length = 83749203\nreturn 1") is None
+    assert find_secret("passwords_seen = 2024\nreturn 1") is None
+    assert find_secret("Password1 = 83749203\nreturn 1") is not None
     assert find_secret("retries = 83749203\nreturn 1") is None
 
 
@@ -110,6 +112,12 @@ def test_passwords_in_command_lines_prose_and_phrases_are_redacted(text: str, se
         "sort key column_2024_total",
         "MFR_CheckForNewBricklets and NhlAppGetDefaultParentId",
         "export PGPASSWORD=$DB_PASSWORD",
+        "Generate passphrase: use diceware with 6 words and print it",
+        "store mnemonic: never log it",
+        "compare passwords: old2024 vs new2025",
+        "postgresql://{user}:{password}@{host}/db",
+        "postgresql://app:${DB_PASSWORD}@db/app",
+        "UPDATE users SET password_hash = :password WHERE id = :id",
     ],
 )
 def test_ordinary_text_keeps_every_word(text: str) -> None:

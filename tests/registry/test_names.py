@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pml.analysis.secret_text import holds_secret
+from pml.analysis.secret_text import holds_token
 from pml.errors import InvalidInput, InvalidName
 from pml.registry.fqdn import FQDN_COMPONENT
 from pml.registry.names import (
@@ -86,7 +86,7 @@ def test_non_string_names_are_rejected_and_shown_with_repr(name: Any) -> None:
 def test_every_name_matching_the_pattern_is_accepted_unless_it_looks_like_a_secret(
     name: str,
 ) -> None:
-    if holds_secret("", name):
+    if holds_token(name):
         with pytest.raises(InvalidName, match="looks like a secret"):
             validate_name(name)
     else:
@@ -111,7 +111,11 @@ def test_a_name_that_looks_like_a_secret_is_refused_without_quoting_it(name: str
 
 
 @pytest.mark.parametrize(
-    "name", ["unnamed_a7f3b2c1", "fs:read_json", "report_2024_q3_summary", "task_8f3a9c2e1b7d4f60"]
+    "name",
+    [
+        *("unnamed_a7f3b2c1", "fs:read_json", "report_2024_q3_summary", "task_8f3a9c2e1b7d4f60"),
+        *("token:github", "password:rotate", "auth:login"),
+    ],
 )
 def test_ordinary_names_with_digits_and_hex_are_not_taken_for_secrets(name: str) -> None:
     assert validate_name(name) == name
@@ -119,7 +123,7 @@ def test_ordinary_names_with_digits_and_hex_are_not_taken_for_secrets(name: str)
 
 @given(st.text(max_size=70))
 def test_validation_agrees_with_the_ascii_pattern(name: str) -> None:
-    expected = VALID_NAME.fullmatch(name) is not None and not holds_secret("", name)
+    expected = VALID_NAME.fullmatch(name) is not None and not holds_token(name)
     try:
         validate_name(name)
     except InvalidName:
@@ -127,7 +131,7 @@ def test_validation_agrees_with_the_ascii_pattern(name: str) -> None:
     else:
         accepted = True
     assert accepted == expected
-    if not holds_secret("", name):
+    if not holds_token(name):
         assert (NAME_PATTERN.fullmatch(name) is not None) == expected
 
 
@@ -223,7 +227,7 @@ def test_split_display_name_rejects_invalid_names(display_name: Any) -> None:
         split_display_name(display_name, "code")
 
 
-@given(valid_names.filter(lambda name: name.strip(":") != "" and not holds_secret("", name)))
+@given(valid_names.filter(lambda name: name.strip(":") != "" and not holds_token(name)))
 def test_split_display_name_always_gives_valid_fqdn_components(display_name: str) -> None:
     namespace, action = split_display_name(display_name, "code")
     assert FQDN_COMPONENT.fullmatch(namespace) is not None

@@ -64,7 +64,6 @@ _SECRET_WORDS = frozenset(
         "credentials",
         "creds",
         "bearer",
-        "passwords",
         "passcode",
         "passkey",
         "sessionid",
@@ -128,6 +127,15 @@ _DESCRIPTOR_WORDS = frozenset(
         "state",
         "status",
         "level",
+        "hash",
+        "hashed",
+        "salt",
+        "policy",
+        "reset",
+        "hint",
+        "strength",
+        "seen",
+        "changed",
     }
 )
 # Values that fill a credential-named field without being a credential.
@@ -140,6 +148,7 @@ _PLACEHOLDER_VALUES = frozenset(
 # ``${VAR}``, ``$VAR``, ``<token>``, ``{{ token }}``, ``{token}``, ``%s``, ``%(token)s``.
 _PLACEHOLDER = re.compile(
     r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|<[^<>]*>|\{\{[^{}]*\}\}|\{[^{}]*\}|%(?:\([^()]*\))?[a-z]"
+    r"|:[A-Za-z_][A-Za-z0-9_]*"  # a SQL bind parameter
 )
 
 _VALUE_PATTERNS = re.compile(
@@ -149,7 +158,8 @@ _VALUE_PATTERNS = re.compile(
             r"(?i:\bbearer\s+[A-Za-z0-9\-._~+/]{12,}=*)",
             r"(?i:^\s*basic\s+[A-Za-z0-9+/]{8,}={0,2}\s*$)",
             r"-----BEGIN[A-Z ]*PRIVATE KEY-----",
-            r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]+:[^/\s@]+@",  # user:pass@
+            # user:password@ (not a template's ``{password}`` or ``${PASSWORD}``)
+            r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]+:(?![{$%])[^/\s@]+@",
         ]
     )
 )
@@ -185,7 +195,8 @@ def is_secret_keyword(keyword: str) -> bool:
     words = keyword_words(keyword)
     if "public" in words:  # ``public_key``, ``publicKeyToken``: published, not secret
         return False
-    for index, word in enumerate(words):
+    for index, spelled in enumerate(words):
+        word = spelled.rstrip("0123456789") or spelled  # ``Password1``, ``password2``
         named = (
             word in _SECRET_WORDS
             or (word == "key" and index > 0 and words[index - 1] in _KEY_QUALIFIERS)

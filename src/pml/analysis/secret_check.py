@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pml.analysis.code_hash import parse_snippet
-from pml.analysis.credentials import is_secret_keyword, looks_secret
+from pml.analysis.credentials import is_secret_keyword, keyword_words, looks_secret
 from pml.analysis.folding import folded_text, is_compound
 from pml.analysis.glued_secrets import glued_prefix
 from pml.analysis.lifting import Parameter
@@ -35,6 +35,9 @@ from pml.analysis.secret_text import holds_secret, secret_spans
 from pml.errors import InvalidInput
 
 _PIN_LIKE = 1000  # four digits and more under a credential name are a credential
+# The names whose number is the credential itself (``password = 83749203``), not a count
+# about credentials (``passwords_seen = 2024``, ``token_budget = 4096``).
+_NUMBER_SECRETS = frozenset({"password", "passwd", "pwd", "passcode", "passkey", "pin", "secret"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +130,7 @@ def _numbers(node: ast.AST) -> list[str]:
         and abs(child.value) >= _PIN_LIKE
         and (name := binding_contexts(node).get(id(child))) is not None
         and is_secret_keyword(name)
+        and keyword_words(name)[-1].rstrip("0123456789") in _NUMBER_SECRETS
     ]
 
 

@@ -67,6 +67,11 @@ _MAX_VALUE = 4096
 _QUOTED_REST = re.compile(r"[^\n]{0,256}?(?=['\"])")
 _LINE_REST = re.compile(r"[^\n]{0,512}")
 _PHRASE_WORDS = frozenset({"passphrase", "mnemonic"})
+# Words of a sentence, which a passphrase of random words hardly holds.
+_PROSE_WORDS = frozenset(
+    {"a", "an", "the", "and", "or", "to", "of", "with", "for", "it", "is", "use", "never"}
+    | {"not", "print", "log", "generate", "store", "in", "from", "as", "be", "then", "this"}
+)
 # ``api key 9d3f...``, ``secret: 4c1e...``: a key-like word, then a token (hex included).
 _KEY_WORD_VALUE = re.compile(
     r"(?i:\b(?:key|token|secret|password|passwd|pwd|passphrase)"
@@ -75,8 +80,9 @@ _KEY_WORD_VALUE = re.compile(
 )
 # ``the password is Tr0ub4dor&3``, ``set the passcode to 83749203``: a password in prose.
 _PROSE_PASSWORD = re.compile(
-    r"(?i:\b(?:password|passwd|pwd|passphrase|passcode)[ \t]{1,4}"
-    r"(?:(?:is|was|to|of|=|:)[ \t]{1,4})?)([^\s'\"]{6,128})"
+    r"(?i:(?<![a-z0-9])(?:[a-z0-9]{1,32}_)?(?:password|passwd|pwd|passphrase|passcode)"
+    r"[ \t]{1,4}(?:(?:is|was|to|of|=|:)[ \t]{1,4})?|\bidentified[ \t]+by[ \t]+)"
+    r"['\"]?([^\s'\"]{6,128})"
 )
 _VALUE_REST = re.compile(r"[^\s\"'&;,)}\]]*")
 PEM_BEGIN = re.compile(r"-----BEGIN[A-Z ]{0,40}PRIVATE KEY-----")
@@ -91,8 +97,16 @@ _PLACEHOLDER_WORDS = frozenset(
     | {"oauth", "oauth2", "jwt", "apikey", "api_key", "yes", "no", "on", "off", "required"}
     | {"optional", "enabled", "disabled", "xxx", "changeme"}
 )
-_TRAILING = ".,;:)'\"!?"
+_TRAILING = ".,;:)'\""  # a password may end with ``!`` or ``?``: they stay in the span
 _SPACE = re.compile(r"\s")
+_FIELD = re.compile(
+    r"\{[^{}]{0,64}\}|\$\{?[A-Za-z_][A-Za-z0-9_]{0,63}\}?|%(?:\([^()]{0,64}\))?[a-z]"
+)
+
+
+def _is_template(value: str) -> bool:
+    """A field a template fills in (``{password}``, ``${DB_PASSWORD}``, ``%s``): no secret."""
+    return _FIELD.fullmatch(value) is not None
 
 
 def _real_value(value: str) -> bool:
@@ -112,12 +126,26 @@ def _assignments(text: str) -> list[tuple[int, int]]:
         if keyword_words(keyword) == ["auth"] or not is_secret_keyword(keyword):
             continue
         placeholder = value.lower() in _PLACEHOLDER_WORDS or _PLACEHOLDER.fullmatch(value)
-        phrase = not placeholder and not _PHRASE_WORDS.isdisjoint(keyword_words(keyword))
+        phrase = (
+            not placeholder
+            and not _PHRASE_WORDS.isdisjoint(keyword_words(keyword))
+            and _is_phrase(text, match.start(2))
+        )
         if phrase or (
             _real_value(value) and (looks_secret(keyword, value) or any(c.isdigit() for c in value))
         ):
-            spans.append((match.start(2), _value_end(text, match, value, phrase=phrase)))
+            end = _value_end(text, match, value, phrase=phrase)
+            if not _is_template(text[match.start(2) : end]):  # ``token='{token}'``
+                spans.append((match.start(2), end))
     return spans
+
+
+def _is_phrase(text: str, start: int) -> bool:
+    """Whether the words from ``start`` to the end of the line are a passphrase (random
+    words), not a sentence about one (``passphrase: use diceware and print it``)."""
+    rest = _LINE_REST.match(text, start)
+    words = (rest[0] if rest is not None else "").lower().split()
+    return 2 <= len(words) <= 24 and _PROSE_WORDS.isdisjoint(words)
 
 
 def _value_end(text: str, match: re.Match[str], value: str, *, phrase: bool) -> int:
@@ -199,7 +227,7 @@ def secret_spans(text: str) -> list[tuple[int, int]]:
         return []
     spans = [match.span() for match in _SHAPES.finditer(text)]
     spans += [match.span(1) for match in _SCHEME.finditer(text) if _scheme_credential(match[1])]
-    spans += [match.span(1) for match in _URL_PASSWORD.finditer(text)]
+    spans += [m.span(1) for m in _URL_PASSWORD.finditer(text) if not _is_template(m[1])]
     spans += _assignments(text) + _pem(text) + _random_runs(text) + _key_word_values(text)
     spans += flag_spans(text) + command_line_spans(text)
     # The whole text judged as one value: only a single token can be a credential the finders
@@ -227,6 +255,13 @@ def redact_spans(text: str, spans: list[tuple[int, int]]) -> str:
         cursor = end
     parts.append(text[cursor:])
     return "".join(parts)
+
+
+def holds_token(text: str) -> bool:
+    """Whether a label (a capability name, a tag) holds a credential by its shape alone: a
+    known token, a private key or a random-looking run. Labels are ``key:value`` pairs
+    (``token:github``, ``password:rotated``): a credential word in one names a topic."""
+    return _SHAPES.search(text) is not None or bool(_pem(text) or _random_runs(text))
 
 
 def holds_secret(keyword: str, value: object) -> bool:

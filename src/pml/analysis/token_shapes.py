@@ -69,10 +69,13 @@ CREDENTIAL_SHAPES: Final = re.compile(
 # A constant that is only a credential's known start, to be glued to the rest at run time.
 TOKEN_PREFIX: Final = re.compile("|".join([*(prefix for prefix, _ in _SHAPES), "eyJ"]))
 
-# Command lines: the password after mysql's -p, sshpass's -p, curl's -u user:password.
+# Command lines: the password after mysql's -p, sshpass's -p, docker login's -p, curl's
+# -u user:password.
 _COMMAND_LINE: Final = re.compile(
     r"\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b[^\n]{0,200}?[ \t]-p([^\s'\"]{3,256})"
     r"|\bsshpass[ \t]+-p[ \t]*([^\s'\"]{3,256})"
+    r"|\b(?:docker|podman|helm|nerdctl)[ \t]+(?:registry[ \t]+)?login\b"
+    r"[^\n]{0,200}?[ \t]-p[ \t]+([^\s'\"]{3,256})"
     r"|(?:^|[ \t])(?:-u|--user)[ \t]+['\"]?[^\s:'\"]{1,64}:([^\s'\"@]{3,256})"
 )
 
@@ -81,9 +84,9 @@ def command_line_spans(text: str) -> list[tuple[int, int]]:
     """The ``(start, end)`` spans of the passwords written in command lines inside ``text``."""
     spans: list[tuple[int, int]] = []
     for match in _COMMAND_LINE.finditer(text):
-        group = next(index for index in (1, 2, 3) if match[index] is not None)
+        group = next(index for index in (1, 2, 3, 4) if match[index] is not None)
         value = match[group]
-        if value[0] in "$%{<" or (group == 3 and not any(c.isalpha() for c in value)):
+        if value[0] in "$%{<" or (group == 4 and not any(c.isalpha() for c in value)):
             continue  # a variable, or ``-u 1000:1000`` (a uid:gid)
         spans.append(match.span(group))
     return spans

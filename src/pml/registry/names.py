@@ -24,7 +24,7 @@ import hashlib
 import re
 from collections.abc import Sequence
 
-from pml.analysis.secret_text import holds_secret
+from pml.analysis.secret_text import holds_token
 from pml.errors import InvalidInput, InvalidName
 from pml.registry.fqdn import Fqdn, is_fqdn, message_value
 
@@ -49,7 +49,7 @@ _SHORT_NAMESPACE = 24
 def validate_name(name: object) -> str:
     """Return ``name`` if it is a valid display name, else raise ``InvalidName``."""
     if isinstance(name, str) and NAME_PATTERN.fullmatch(name) is not None:
-        if holds_secret("", name):  # a name is shown to every caller: never a credential
+        if holds_token(name):  # a name is shown to every caller: never a credential
             raise InvalidName(
                 "Invalid capability name: it looks like a secret (a token or key). "
                 "Name what the capability does."

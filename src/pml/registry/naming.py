@@ -22,7 +22,7 @@ from typing import cast
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from pml.analysis.code_hash import normalized_code_hash, parse_snippet
-from pml.analysis.secret_text import holds_secret
+from pml.analysis.secret_text import holds_token
 from pml.errors import (
     InvalidInput,
     LimitExceeded,
@@ -212,7 +212,7 @@ def check_tags(tags: object) -> list[str]:
                 "Use 1-64 letters, digits, '_', ':', '.' or '-'.",
                 field="tags",
             )
-        if holds_secret("", tag):
+        if holds_token(tag):
             raise InvalidInput("a tag looks like a secret (a token or key)", field="tags")
         if tag not in items:
             items.append(tag)
