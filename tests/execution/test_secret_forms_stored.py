@@ -116,3 +116,32 @@ async def test_descriptions_are_redacted_and_secret_tags_refused(
     everything = database_text(sqlite_url)
     assert SHOPIFY not in everything
     assert GHP not in everything
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        f'd = {{}}\nd["password"] = "{PASSWORD}"\nreturn d["password"][:3]',
+        f'class C:\n    pass\nc = C()\nc.password = "{PASSWORD}"\nreturn c.password[:3]',
+        f'def connect(host, password="{PASSWORD}"):\n    return password[:3]\nreturn connect("h")',
+        (
+            f'def check(password):\n    return password == "{PASSWORD}"\n'
+            'return "Sum" if check("x") is False else "no"'
+        ),
+        f'password = ""\npassword += "{PASSWORD}"\nreturn password[:3]',
+    ],
+    ids=["subscript", "attribute", "default", "compare", "augmented"],
+)
+async def test_a_credential_bound_by_subscript_attribute_default_or_comparison_is_lifted(
+    execute: Execute, sqlite_url: str, code: str
+) -> None:
+    created = await execute(code=code, name="ops:bound", intent="use a password")
+    assert created["status"] == "success", created
+    assert created["result"] == "Sum"
+    record = await execute.record("ops:bound")
+    assert PASSWORD not in (record.code or "")
+    assert record.parameters_schema["required"] == ["password"]
+    again = await execute(capability="ops:bound", args={"password": PASSWORD})
+    assert again["status"] == "success", again
+    assert again["result"] == "Sum"
+    assert PASSWORD not in database_text(sqlite_url)

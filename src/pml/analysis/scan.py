@@ -162,20 +162,54 @@ def _parses_to(text: str, node: ast.expr) -> bool:
 
 
 def binding_contexts(node: ast.AST) -> dict[int, str]:
-    """The names ``node`` binds its value children to: keyword, dict key, assignment target."""
+    """The names ``node`` binds its value children to: keyword, dict key, assignment target
+    (a name, an attribute, a string subscript, a tuple of them), parameter default, and the
+    name a value is compared with (``password == "..."``)."""
     if isinstance(node, ast.keyword) and node.arg is not None:
         return {id(node.value): node.arg}
-    if isinstance(node, ast.Assign | ast.AnnAssign | ast.NamedExpr):
+    if isinstance(node, ast.Assign | ast.AnnAssign | ast.NamedExpr | ast.AugAssign):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        if len(targets) == 1 and isinstance(targets[0], ast.Name) and node.value is not None:
-            return {id(node.value): targets[0].id}
+        if len(targets) == 1 and node.value is not None:
+            return _bound(targets[0], node.value)
     if isinstance(node, ast.Dict):
         return {
             id(value): name
             for key, value in zip(node.keys, node.values, strict=True)
             if key is not None and (name := _literal_str(key)) is not None
         }
+    if isinstance(node, ast.arguments):
+        positional = [*node.posonlyargs, *node.args]
+        with_defaults = positional[len(positional) - len(node.defaults) :]
+        pairs = [
+            *zip(with_defaults, node.defaults, strict=True),
+            *zip(node.kwonlyargs, node.kw_defaults, strict=True),
+        ]
+        return {id(default): arg.arg for arg, default in pairs if default is not None}
+    if isinstance(node, ast.Compare) and len(node.comparators) == 1:
+        left, right = node.left, node.comparators[0]
+        return {id(right): name} if (name := _target_name(left)) else _bound(right, left)
     return {}
+
+
+def _target_name(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Subscript):
+        return _literal_str(node.slice)
+    return None
+
+
+def _bound(target: ast.expr, value: ast.expr) -> dict[int, str]:
+    if (name := _target_name(target)) is not None:
+        return {id(value): name}
+    if not isinstance(target, ast.Tuple) or not isinstance(value, ast.Tuple):
+        return {}
+    if len(target.elts) != len(value.elts):
+        return {}
+    found = [(id(v), _target_name(t)) for t, v in zip(target.elts, value.elts, strict=True)]
+    return {key: name for key, name in found if name is not None}
 
 
 class _Walker:
