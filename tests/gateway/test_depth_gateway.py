@@ -60,10 +60,10 @@ async def gateway(sqlite_url: str) -> AsyncGenerator[Gateway]:
         yield gw
 
 
-def parse_error(answer: dict[str, Any]) -> None:
+def parse_error(answer: dict[str, Any], request_id: int | None = None) -> None:
     assert answer == {
         "jsonrpc": "2.0",
-        "id": None,
+        "id": request_id,
         "error": {"code": mcp_types.PARSE_ERROR, "message": TOO_DEEP_MESSAGE},
     }
 
@@ -88,9 +88,10 @@ async def test_stdio_answers_lines_of_any_depth_with_a_parse_error_and_keeps_ser
         w.send(deep_lines[0])  # before the handshake too
         parse_error(await w.receive())
         await handshake(w)
-        for line in deep_lines[1:]:
+        # A request whose id comes before its deep part gets its answer by that id.
+        for line, request_id in zip(deep_lines[1:], [None, None, None, 5, 6], strict=True):
             w.send(line)
-            parse_error(await w.receive())
+            parse_error(await w.receive(), request_id)
         answer = await w.request(call(7, "a__echo", {"text": "still here"}))
     assert answer["result"]["structuredContent"]["args"] == {"text": "still here"}
 

@@ -81,7 +81,8 @@ _KEY_WORD_VALUE = re.compile(
 # ``the password is Tr0ub4dor&3``, ``set the passcode to 83749203``: a password in prose.
 _PROSE_PASSWORD = re.compile(
     r"(?i:(?<![a-z0-9])(?:[a-z0-9]{1,32}_)?(?:password|passwd|pwd|passphrase|passcode)"
-    r"[ \t]{1,4}(?:(?:is|was|to|of|=|:)[ \t]{1,4})?|\bidentified[ \t]+by[ \t]+)"
+    r"[ \t]{0,2}[:=]?[ \t]{1,4}(?:(?:(?:it[ \t]{1,4})?(?:is|was)|to|of)[ \t]{1,4})?"
+    r"|\bidentified[ \t]+by[ \t]+)"
     r"['\"]?([^\s'\"]{6,128})"
 )
 _VALUE_REST = re.compile(r"[^\s\"'&;,)}\]]*")
