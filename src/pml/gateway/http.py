@@ -41,6 +41,7 @@ from starlette.routing import Route
 from pml import __version__
 from pml.config import Settings
 from pml.gateway.control import answering_status
+from pml.gateway.http_edge import bounded_http_protocol
 from pml.gateway.http_lane_app import mcp_app
 from pml.gateway.notify import ToolListNotifier
 from pml.gateway.readiness import readiness
@@ -285,6 +286,7 @@ async def _serving(
         server_header=False,
         proxy_headers=bool(trusted_proxies),
         forwarded_allow_ips=list(trusted_proxies or ()),
+        http=bounded_http_protocol(trusted_proxies or ()),  # head size and time, per address
     )
     server = _Uvicorn(config, stopping=notifier.end_streams)
     notifier.resume_streams()
