@@ -79,6 +79,13 @@ async def insert(gateway: Gateway, caps: Sequence[Cap], namespace: str = "bulk")
     await gateway.watcher.project_changed(SCOPE.org, SCOPE.project)  # behind the registry
 
 
+async def insert_before(sqlite_url: str, caps: Sequence[Cap]) -> None:
+    """``caps`` written before the gateway under test opens (its change poll starts past
+    them: a poll catching them later would re-list at a moment the test does not choose)."""
+    async with open_gateway(settings_with(sqlite_url, DEFAULT_BUDGET), pool=ClientPool({})) as gw:
+        await insert(gw, caps)
+
+
 def settings_with(sqlite_url: str, budget: int) -> Settings:
     settings = gateway_settings(sqlite_url, expose_upstream=False)
     settings.gateway.capability_tools_budget = budget
@@ -254,7 +261,7 @@ async def settled(client: Client) -> None:
 
 
 async def test_list_changed_is_sent_when_usage_changes_the_listed_set_and_not_otherwise(
-    open_with: Any,
+    open_with: Any, sqlite_url: str
 ) -> None:
     one = estimate_tokens(
         json.dumps(
@@ -266,8 +273,8 @@ async def test_list_changed_is_sent_when_usage_changes_the_listed_set_and_not_ot
             separators=(",", ":"),
         )
     )
+    await insert_before(sqlite_url, [Cap("aa", usage=10), Cap("bb", usage=9), Cap("zz", usage=0)])
     async with open_with(2 * (one + 1)) as gateway:  # two fit
-        await insert(gateway, [Cap("aa", usage=10), Cap("bb", usage=9), Cap("zz", usage=0)])
         changed = ListChanged()
         async with Client(gateway.server, mode="legacy", message_handler=changed) as client:
             listed = capability_tools((await client.list_tools(cache_mode="bypass")).tools)

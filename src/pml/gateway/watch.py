@@ -11,7 +11,7 @@ project with an open session is listed again, and told ``tools/list_changed`` wh
 is not what it was (a rename in one tenant never disturbs another). Changes made by other
 processes arrive through PostgreSQL ``LISTEN`` (other replicas, a ``pml cap rename`` on the
 command line); on SQLite, where the other process can only be a CLI command on the same
-file, a cheap watermark query once a second catches them.
+file, a cheap watermark query over named capabilities once a second catches them.
 
 A listing the token budget cut short (``[gateway] capability_tools_budget``) ranks the
 capabilities by use, which changes with every run; those listings are rebuilt when usage
@@ -52,8 +52,10 @@ RERANK_INTERVAL_S: Final = 30.0
 # intents (``INTENTS_CHANGED``; listings show the record's own intent).
 UNLISTED_KINDS: Final = frozenset({UNNAMED_CAPTURE, INTENTS_CHANGED})
 
+# Over named capabilities only: unnamed captures (most writes) never change a listing, and
+# a resync they caused would re-rank budget-cut listings by usage after every capture.
 WATERMARK_STATEMENT = sa.select(sa.func.count(), sa.func.max(records.c.updated_at)).where(
-    records.c.record_type == "capability"
+    records.c.record_type == "capability", records.c.named
 )
 
 
