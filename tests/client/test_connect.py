@@ -40,6 +40,7 @@ from client.connecting import (
     open_shared,
 )
 from client.serving import serving_on
+from e2e.support import restartable_port
 from gateway.upstreams import ListChanged, data_of, error_of
 from pml import __version__
 from pml.client.connect import ConnectTools
@@ -57,12 +58,6 @@ pytestmark = pytest.mark.anyio
 
 LIMIT_S = 20.0  # the bound on every wait: generous, a slow machine must not fail a test
 INTENT = "echo a text"
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on now (the gateway is served and stopped on it)."""
-    with contextlib.closing(listen_socket("127.0.0.1", 0)) as sock:
-        return sock.getsockname()[1]
 
 
 class Told:
@@ -170,7 +165,7 @@ async def open_connect(
         open_shared(tmp_path / "server") as shared,
         open_machine(tmp_path / "client", **client) as machine,
     ):
-        port = free_port()
+        port = restartable_port()  # the gateway is served and stopped on it
         url = f"http://127.0.0.1:{port}"
         remote = RemoteGateway(url, shared.key, servers=[LOCAL])
         with TraceQueue(tmp_path / "traces.sqlite3") as queue:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -345,6 +346,25 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return cast(int, sock.getsockname()[1])
+
+
+# Ports a server may be restarted on: below the kernel's ephemeral range (32768 and up
+# here), from which ``free_port`` and every outgoing connection take theirs: one of those
+# could take a stopped server's port before its restart.
+RESTART_PORTS = range(20000, 32000)
+
+
+def restartable_port() -> int:
+    """A loopback port outside the ephemeral range that nothing uses now (see above)."""
+    for _ in range(200):
+        port = random.randrange(RESTART_PORTS.start, RESTART_PORTS.stop)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free loopback port below the ephemeral range")
 
 
 # -- the pml CLI -------------------------------------------------------------------------

@@ -32,12 +32,12 @@ from e2e.support import (
     Upstream,
     create_key,
     find_pids,
-    free_port,
     http_client,
     kill_all,
     pml_http,
     process_tree,
     reference_servers,
+    restartable_port,
     result_json,
     wait_gone,
     write_config,
@@ -96,7 +96,7 @@ def shared_gateway(
     )
     key = create_key(config, "acme", "web", "alice")["key"]
     other = create_key(config, "globex", "web", "bob")["key"]
-    return Shared(config, free_port(), tmp_path / "server.log", database_url, key, other)
+    return Shared(config, restartable_port(), tmp_path / "server.log", database_url, key, other)
 
 
 def client_config(tmp_path: Path, filesystem: Upstream) -> Path:
