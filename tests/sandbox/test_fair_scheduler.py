@@ -74,9 +74,12 @@ async def test_a_freed_worker_goes_to_the_org_running_fewest_even_if_it_queued_l
         assert engine.shares.waiting == 2
         await runs.finish("x1a")  # org-x now holds 2, org-y 1: org-y's waiter goes first
         assert inner.started[4:] == ["y1b"]
-        await runs.finish("y1a")  # org-y has nobody waiting: org-x's waiter
+        await runs.finish("y1a")  # org-y waits for nothing, but is active: org-x holds
+        assert inner.started[5:] == []  # its half of the pool already, the rest is org-y's
+        assert engine.shares.parts(x2).org == 2
+        await runs.finish("x2a")  # org-x holds 1, u2 none: u2's waiter
         assert inner.started[5:] == ["x2b"]
-        await runs.finish("x1b", "x2a", "x2b", "y1b")
+        await runs.finish("x1b", "x2b", "y1b")
     assert engine.shares.tracked == 0
 
 
@@ -97,9 +100,11 @@ async def test_within_an_org_the_project_then_the_user_running_fewest_is_served(
         assert inner.started[4:] == ["qu1"]
         await runs.finish("bp2")  # busy 1, quiet 2: busy
         assert inner.started[5:] == ["bp4"]
-        await runs.finish("bp3")  # busy 1, quiet 2, but busy has nobody waiting
+        await runs.finish("bp3")  # busy 1, quiet 2 of its half: nobody may start
+        assert inner.started[6:] == []
+        await runs.finish("bu1")  # quiet 1: busy-user's waiter
         assert inner.started[6:] == ["bu2"]
-        await runs.finish("bp4", "bu1", "bu2", "qu1")
+        await runs.finish("bp4", "bu2", "qu1")
     assert engine.shares.tracked == 0
 
 

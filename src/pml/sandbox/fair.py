@@ -7,6 +7,10 @@ decides who runs when:
 - at most ``pool_size`` runs at once, and at most ``share`` of them for one tenant — the
   (org, project, user) a run is for — (``[limits] tenant_workers``; by default half the
   pool), so one tenant never holds every worker;
+- while several orgs are active (running, waiting, or either in the last
+  ``ACTIVE_WINDOW_S``), each holds at most its part of the pool, and likewise each project
+  of an org and each user of a project (``pml.sandbox.shares``): one org's many users
+  never take every worker from another org;
 - a run that cannot start waits in its tenant's queue, oldest first, up to
   ``[limits] queue_per_tenant`` runs (0: none wait); one more is refused at once with
   ``BUSY`` and a ``retryAfterS`` estimated from the queue and recent run times;
@@ -47,6 +51,7 @@ import anyio
 
 from pml.config import SandboxSettings
 from pml.errors import ExecutionTimeout, InvalidInput
+from pml.sandbox.activity import ACTIVE_WINDOW_S
 from pml.sandbox.base import RunOutcome, SandboxEngine, TenantKey, ToolCaller
 from pml.sandbox.priority import WorkerPriority
 from pml.sandbox.shares import FairShares, Wait
@@ -87,7 +92,8 @@ class FairEngine:
     ``inner`` must run ``pool_size`` runs at once without queueing (a ``MontyEngine`` with
     ``max_workers`` of at least ``pool_size``, and room for nested capability runs);
     ``default_tenant`` is whom a run without a tenant is for; ``before_run`` is called as
-    each run gets its worker (``fair_engine``: lowering new workers' CPU priority).
+    each run gets its worker (``fair_engine``: lowering new workers' CPU priority);
+    ``active_window_s``: how long a tenant counts as active after its last run.
     """
 
     def __init__(
@@ -98,6 +104,7 @@ class FairEngine:
         limits: LimitsSettings,
         default_tenant: TenantKey = (),
         before_run: Callable[[], None] | None = None,
+        active_window_s: float = ACTIVE_WINDOW_S,
     ) -> None:
         self._inner = inner
         self._before_run = before_run
@@ -105,6 +112,7 @@ class FairEngine:
             pool_size=pool_size,
             share=limits.workers_per_tenant(pool_size),
             queue_limit=limits.queue_per_tenant,
+            active_window_s=active_window_s,
         )
         self._default_tenant = tenant_path(default_tenant)
 

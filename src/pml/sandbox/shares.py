@@ -8,14 +8,21 @@
         shares.release(("acme", "webapp", "erwan"), ran_s=0.2)
 
 The bookkeeping behind ``pml.sandbox.fair.FairEngine``: at most ``pool_size`` slots are
-held at once, at most ``share`` by one tenant (an (org, project, user) path); a tenant that
-cannot start waits in its own queue (at most ``queue_limit`` runs; one more is ``BUSY``). A
-freed slot goes to the waiting tenant chosen level by level — the org holding the fewest
-slots, then its project, then its user (ties: the least recently served) — and to that
-user's oldest waiter. Counting is synchronous (one event loop, nothing awaited while the
-counts change): waiters are futures resolved by ``release``, a waiter leaving (cancelled,
-timed out) is taken out of its queue in the same step, and a path with nothing held or
-waiting is dropped, so memory follows what is running and queued, not who ever ran.
+held at once. The pool is split level by level between those active now (running, waiting,
+or either within ``ACTIVE_WINDOW_S``, ``pml.sandbox.activity``): an org holds at most
+its part of the pool (the pool over the active orgs, rounded up), a project at most its
+part of its org's, a user at most its part of its project's and never more than ``share``.
+Alone, an org may use the whole pool; while another org is active, it leaves that org's
+part free, so one org's many users cannot take every worker from another org. A tenant
+that cannot start waits in its own queue (at most ``queue_limit`` runs; one more is
+``BUSY``). A freed slot goes to the waiting tenant chosen level by level — the org holding
+the fewest slots, then its project, then its user (ties: the least recently served) — and
+to that user's oldest waiter; when a part grows because a neighbour went quiet, waiters
+that may now start are started then. Counting is synchronous (one event loop, nothing
+awaited while the counts change): waiters are futures resolved by ``release``, a waiter
+leaving (cancelled, timed out) is taken out of its queue in the same step, and a path with
+nothing held or waiting is dropped, so memory follows what is running and queued (and, in
+``RecentTenants``, who was active within the window), not who ever ran.
 """
 
 from __future__ import annotations
@@ -23,14 +30,17 @@ from __future__ import annotations
 import asyncio
 import enum
 import itertools
+import math
+import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 import anyio
 
 from pml.errors import Busy, InternalError
+from pml.sandbox.activity import ACTIVE_WINDOW_S, RecentTenants
 from pml.sandbox.base import TenantKey
 
 # A BUSY answer's retry delay, from the queue and recent run times, within these bounds.
@@ -71,6 +81,14 @@ class _Load:
     served: int = 0  # when it last got a slot: ties go to the least recently served
 
 
+class Parts(NamedTuple):
+    """The most slots a tenant's org, project and user may hold now."""
+
+    org: int
+    project: int
+    user: int
+
+
 # org → project → user → that tenant's waiters, oldest first
 _Tree = dict[str, dict[str, dict[str, deque[_Waiter]]]]
 
@@ -78,7 +96,15 @@ _Tree = dict[str, dict[str, dict[str, deque[_Waiter]]]]
 class FairShares:
     """Slots of a pool of ``pool_size`` shared between tenants; see the module."""
 
-    def __init__(self, *, pool_size: int, share: int, queue_limit: int) -> None:
+    def __init__(
+        self,
+        *,
+        pool_size: int,
+        share: int,
+        queue_limit: int,
+        active_window_s: float = ACTIVE_WINDOW_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if pool_size < 1 or share < 1 or queue_limit < 0:
             raise ValueError("a pool needs a slot, a share of at least one, a queue of >= 0")
         self.pool_size = pool_size
@@ -90,6 +116,8 @@ class FairShares:
         self._sequence = itertools.count(1)
         self._run_s = FIRST_RUN_ESTIMATE_S  # recent run time, smoothed
         self._closed = False
+        self.recent = RecentTenants(window_s=active_window_s, in_use=self._in_use, clock=clock)
+        self._timer: asyncio.TimerHandle | None = None
 
     # -- what tests and metrics read --------------------------------------------------------
 
@@ -113,6 +141,14 @@ class FairShares:
         load = self._loads.get(tenant)
         return 0 if load is None else load.waiting
 
+    def parts(self, tenant: TenantKey) -> Parts:
+        """The most slots ``tenant``'s org, project and user may hold now (see module)."""
+        org, project, _ = tenant
+        org_part = _split(self.pool_size, self.recent.active_under(()))
+        project_part = _split(org_part, self.recent.active_under((org,)))
+        user_part = _split(project_part, self.recent.active_under((org, project)))
+        return Parts(org_part, project_part, min(user_part, self.share))
+
     # -- acquiring and releasing ------------------------------------------------------------
 
     async def acquire(self, tenant: TenantKey, timeout_s: float) -> Wait:
@@ -123,6 +159,7 @@ class FairShares:
         one and must ``release`` it."""
         if self._closed:
             raise InternalError("The sandbox engine is closed")
+        self.recent.touch(tenant)
         if self._may_start(tenant) and not self.queued_for(tenant):
             self._start(tenant)
             return Wait.AT_ONCE
@@ -130,6 +167,8 @@ class FairShares:
             raise self._busy(tenant)
         waiter = _Waiter(tenant, asyncio.get_running_loop().create_future())
         self._enqueue(waiter)
+        if self.running < self.pool_size:  # held back by its parts: until one grows
+            self._recheck_later()
         try:
             with anyio.move_on_after(max(timeout_s, 0.0)):
                 await waiter.granted
@@ -145,6 +184,7 @@ class FairShares:
         """Give back ``tenant``'s slot after a run of ``ran_s`` seconds; the next waiter
         chosen (see the module) gets it."""
         self._run_s += RUN_TIME_SMOOTHING * (max(ran_s, 0.0) - self._run_s)
+        self.recent.touch(tenant)  # active until the window after its last run ended
         self._give_back(tenant)
 
     def _give_back(self, tenant: TenantKey) -> None:
@@ -158,6 +198,9 @@ class FairShares:
     def close(self) -> None:
         """Refuse new runs and wake every waiter with ``InternalError``."""
         self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         for projects in list(self._waiting.values()):
             for users in list(projects.values()):
                 for queue in list(users.values()):
@@ -171,21 +214,28 @@ class FairShares:
     def retry_after_s(self, tenant: TenantKey) -> float:
         """When ``tenant`` may find room: its queue served ``share`` at a time, each run
         taking the recent average (bounded by ``RETRY_MIN_S``..``RETRY_MAX_S``)."""
-        rounds = (self.queued_for(tenant) + 1) / self.share
+        rounds = (self.queued_for(tenant) + 1) / self.parts(tenant).user
         return round(min(max(rounds * self._run_s, RETRY_MIN_S), RETRY_MAX_S), 3)
 
     # -- the bookkeeping --------------------------------------------------------------------
 
     def _may_start(self, tenant: TenantKey) -> bool:
-        return self.running < self.pool_size and self.held_by(tenant) < self.share
+        return self.running < self.pool_size and self._within_parts(tenant)
+
+    def _within_parts(self, tenant: TenantKey) -> bool:
+        org, project, _ = tenant
+        parts = self.parts(tenant)
+        return (
+            self.held_by(tenant) < parts.user
+            and self.held_by((org, project)) < parts.project
+            and self.held_by((org,)) < parts.org
+        )
+
+    def _in_use(self, prefix: TenantKey) -> bool:
+        return prefix in self._loads
 
     def _busy(self, tenant: TenantKey) -> Busy:
-        held = self.held_by(tenant)
-        why = (
-            f"it holds {held} of the {self.share} sandbox workers one tenant may use"
-            if held >= self.share
-            else f"all {self.pool_size} sandbox workers are busy"
-        )
+        why = self._why_not(tenant)
         queued = (
             f"{self.queued_for(tenant)} of its runs already wait (the most that may)"
             if self.queue_limit
@@ -197,6 +247,26 @@ class FairShares:
             tenantWorkers=self.share,
             queuePerTenant=self.queue_limit,
         )
+
+    def _why_not(self, tenant: TenantKey) -> str:
+        """Why ``tenant`` cannot start now, at the widest level that stops it."""
+        org, project, _ = tenant
+        parts = self.parts(tenant)
+        if (held := self.held_by((org,))) >= parts.org:
+            orgs = self.recent.active_under(())
+            return (
+                f"its org holds {held} of the {parts.org} sandbox workers it may use while "
+                f"{orgs} orgs are active"
+            )
+        if (held := self.held_by((org, project))) >= parts.project:
+            projects = self.recent.active_under((org,))
+            return (
+                f"its project holds {held} of the {parts.project} sandbox workers it may use "
+                f"while {projects} projects of its org are active"
+            )
+        if (held := self.held_by(tenant)) >= parts.user:
+            return f"it holds {held} of the {parts.user} sandbox workers one tenant may use"
+        return f"all {self.pool_size} sandbox workers are busy"
 
     def _start(self, tenant: TenantKey) -> None:
         served = next(self._sequence)
@@ -249,6 +319,7 @@ class FairShares:
         while self.running < self.pool_size and not self._closed:
             waiter = self._next_waiter()
             if waiter is None:
+                self._recheck_later()
                 return
             self._drop(waiter)
             if waiter.granted.done():  # cancelled, its task not yet resumed: skip it
@@ -263,9 +334,23 @@ class FairShares:
             for project in self._least_busy(projects, (org,)):
                 users = projects[project]
                 for user in self._least_busy(users, (org, project)):
-                    if self.held_by((org, project, user)) < self.share:
+                    if self._within_parts((org, project, user)):
                         return users[user][0]
         return None
+
+    def _recheck_later(self) -> None:
+        """Waiters are held back by their parts while slots are free: look again when an
+        active neighbour may have gone quiet (its part then returns to the others)."""
+        if not self._waiting or self._timer is not None or self._closed:
+            return
+        delay_s = self.recent.next_change_in_s()
+        if delay_s is None:
+            return
+        self._timer = asyncio.get_running_loop().call_later(delay_s + 0.01, self._recheck)
+
+    def _recheck(self) -> None:
+        self._timer = None
+        self._dispatch()
 
     def _least_busy(self, children: Mapping[str, object], parent: TenantKey) -> Iterator[str]:
         """``children``'s names, the fewest slots held (then least recently served) first."""
@@ -280,6 +365,11 @@ class FairShares:
         yield best
         # Usually the best one has a waiter that may start: the full order only when not.
         yield from (name for name in sorted(children, key=rank) if name != best)
+
+
+def _split(slots: int, between: int) -> int:
+    """One of ``between`` parts of ``slots``, rounded up (at least one slot)."""
+    return max(1, math.ceil(slots / max(between, 1)))
 
 
 def _prefixes(tenant: TenantKey) -> tuple[TenantKey, ...]:
