@@ -2,6 +2,7 @@
 
     python benchmarks/noisy_neighbour.py [--seconds 30] [--noisy 4] [--workers 0]
                                          [--tenant-workers 0] [--interval-ms 20]
+                                         [--noisy-keys 1]
 
 Starts a real ``pml serve --http`` (SQLite, no upstream servers) with two API keys in
 different orgs, each used by its own SDK client over streamable HTTP. The quiet tenant first
@@ -16,7 +17,9 @@ time limit), and while they last the quiet tenant runs its snippet again and aga
      "goal_met": true}
 
 ``--tenant-workers`` as large as the pool shows the unfair case (the noisy tenant may take
-every worker). Per-key rate limits are off here: they are measured elsewhere.
+every worker). ``--noisy-keys 2`` spreads the noisy runs over two users of the noisy org
+(one key each): the org's part of the pool, not each user's share, must hold them.
+Per-key rate limits are off here: they are measured elsewhere.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -97,13 +101,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         config = write_config(
             workdir / "pml.toml", [], database_url=sqlite_url(workdir), extra=extra
         )
-        noisy_key = create_key(config, "noisy-org", "main", "ann")["key"]
+        noisy_keys = [
+            create_key(config, "noisy-org", "main", f"user-{index}")["key"]
+            for index in range(args.noisy_keys)
+        ]
         quiet_key = create_key(config, "quiet-org", "main", "bob")["key"]
         with pml_http(config, workdir / "pml.log") as gateway:
-            async with (
-                http_client(gateway.mcp_url, noisy_key) as noisy,
-                http_client(gateway.mcp_url, quiet_key) as quiet,
-            ):
+            async with AsyncExitStack() as stack:
+                noisy = [
+                    await stack.enter_async_context(http_client(gateway.mcp_url, key))
+                    for key in noisy_keys
+                ]
+                quiet = await stack.enter_async_context(http_client(gateway.mcp_url, quiet_key))
                 for _ in range(10):  # warm-up: the capability is captured, workers started
                     await trivial(quiet, [], [])
                 idle: list[float] = []
@@ -114,8 +123,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 loaded: list[float] = []
                 loaded_waits: list[float] = []
                 async with anyio.create_task_group() as group:
-                    for _ in range(args.noisy):
-                        group.start_soon(spin, noisy, args.seconds, outcomes)
+                    for index in range(args.noisy):
+                        client = noisy[index % len(noisy)]
+                        group.start_soon(spin, client, args.seconds, outcomes)
                     await anyio.sleep(0.5)  # the noisy runs have taken their workers
                     deadline = time.monotonic() + args.seconds - 1.0
                     while time.monotonic() < deadline:
@@ -127,7 +137,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "workers": pool,
         "tenant_workers": share,
-        "noisy": {"runs": args.noisy, "seconds": args.seconds, "outcomes": dict(outcomes)},
+        "noisy": {
+            "runs": args.noisy,
+            "keys": args.noisy_keys,
+            "seconds": args.seconds,
+            "outcomes": dict(outcomes),
+        },
         "idle": figures(idle, idle_waits),
         "under_noise": under,
         "goal_p95_ms": GOAL_P95_MS,
@@ -144,9 +159,14 @@ def main() -> None:
         "--tenant-workers", type=int, default=0, help="[limits] tenant_workers (0: half the pool)"
     )
     parser.add_argument("--interval-ms", type=float, default=20.0, help="pause between runs")
+    parser.add_argument(
+        "--noisy-keys", type=int, default=1, help="users (keys) of the noisy org sharing its runs"
+    )
     args = parser.parse_args()
     if args.seconds < 2:
         parser.error("--seconds must be >= 2")
+    if args.noisy_keys < 1:
+        parser.error("--noisy-keys must be >= 1")
     print(json.dumps(anyio.run(run, args)), flush=True)
 
 
