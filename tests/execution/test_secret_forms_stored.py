@@ -66,6 +66,8 @@ async def test_new_token_formats_command_lines_and_prose_never_reach_the_databas
         (f't = "ghp_" + "{GHP[4:]}".replace("-", "")\nreturn 1', "a credential glued together"),
         (f'P = "ghp_"\nR = "{GHP[4:]}"\nreturn len(P + R)', "a credential glued together"),
         ("password = 83749203\nreturn 1", "a number under a credential name"),
+        (f"t = ''.join(map(chr, {[ord(c) for c in GHP]}))\nreturn 1", "character codes"),
+        (f"t = bytes({[ord(c) for c in GHP]}).decode()\nreturn 1", "character codes"),
         (
             f"class C:\n    __match_args__ = ()\nmatch C():\n    case C({GHP}=1):\n"
             "        r = 1\n    case _:\n        r = 2\nreturn r",

@@ -1,9 +1,9 @@
 """The last check before code is stored: no credential left anywhere in it (SPEC §6.1).
 
 ``find_secret(code)`` reads code as it would be stored — every string and bytes constant
-(docstrings, dict keys, match patterns, f-string text included), constants glued together,
-every comment and every identifier — and returns where the first credential-looking text is,
-and in what; ``None`` when there is none. Capture refuses code for which it finds one after
+(docstrings, dict keys, match patterns, f-string text included), constants glued together
+or encoded (``encoded_secrets``), every comment and every identifier — and returns where
+the first credential-looking text is, and in what; ``None`` when there is none. Capture refuses code for which it finds one after
 lifting and redaction (``check_stored``), and bundle export leaves such a capability out.
 The finding never quotes the secret.
 
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from pml.analysis.code_hash import parse_snippet
 from pml.analysis.credentials import is_secret_keyword, keyword_words, looks_secret
+from pml.analysis.encoded_secrets import encoded_secret
 from pml.analysis.folding import folded_text, is_compound
 from pml.analysis.glued_secrets import glued_prefix
 from pml.analysis.lifting import Parameter
@@ -117,6 +118,9 @@ def _in_tree(tree: ast.Module) -> Finding | None:
     glued = glued_prefix(tree)
     if glued is not None:
         found.append(Finding(glued, "a credential glued together from pieces"))
+    encoded = encoded_secret(tree)
+    if encoded is not None:
+        found.append(Finding(*encoded))
     return min(found, key=lambda finding: finding.line) if found else None
 
 
