@@ -24,7 +24,6 @@ import fcntl
 import json
 import logging
 import os
-import re
 import time
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import asynccontextmanager, suppress
@@ -41,6 +40,7 @@ from pydantic import ValidationError
 
 from pml import wire_json
 from pml.gateway.early_stdio import is_pipe
+from pml.wire_ids import leading_id
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ async def serve_on_pipes(
                     continue
                 if wire_json.text_too_deep(line):  # before any parser (they recurse)
                     _refusals.note("a message nested too deep was refused")
-                    message_id = _leading_id(line)  # so that the client's call ends
+                    message_id = leading_id(line)  # so that the client's call ends
                     pipes.write_line(
                         _error_line(mcp_types.PARSE_ERROR, wire_json.TOO_DEEP_MESSAGE, message_id)
                     )
@@ -279,28 +279,6 @@ def _malformed_answer(line: bytes, error: ValueError) -> bytes:
         f"Invalid request: not a JSON-RPC 2.0 message ({detail})",
         request_id,
     )
-
-
-# ``"id": 7`` or ``"id": "abc"`` at the top level, before the first nested value.
-_LEADING_ID = re.compile(rb'"id"[ \t]*:[ \t]*(-?[0-9]{1,18}(?![0-9.eE])|"(?:[^"\\]|\\.){0,256}")')
-
-
-def _leading_id(line: bytes) -> int | str | None:
-    """The request id of a message too deep to parse, when it comes before the first
-    nested value (as clients write it: ``{"jsonrpc", "id", "method", "params"}``)."""
-    start = line.find(b"{")
-    if start < 0:
-        return None
-    nested = [at for at in (line.find(b"{", start + 1), line.find(b"[", start + 1)) if at >= 0]
-    head = line[start : min(nested, default=len(line))][:1024]
-    match = _LEADING_ID.search(head)
-    if match is None:
-        return None
-    try:
-        value: object = json.loads(match[1])
-    except ValueError:
-        return None
-    return value if isinstance(value, int | str) and not isinstance(value, bool) else None
 
 
 def _has_id(line: bytes) -> bool:

@@ -2,7 +2,8 @@
 
 Everything a session holds (the child process, its stderr reader, the HTTP client, the
 ``subscriptions/listen`` stream) is entered on the caller's ``AsyncExitStack``, so closing
-the stack closes the session and stops the process. The read side of the transport is
+the stack closes the session and stops the process (stdio is PML's own transport, see
+``pml.upstream.stdio_transport``: linear-time, bounded lines). The read side of the transport is
 watched: when the server goes away (process died, connection closed) ``on_closed`` runs at
 once, without waiting for a call to fail.
 
@@ -25,16 +26,14 @@ from typing import Any, Final
 
 import anyio
 import httpx2
-import mcp.client.stdio as sdk_stdio
 import mcp_types
 from mcp import Client
 from mcp.client.session import MessageHandlerFnT
 from mcp.client.sse import sse_client
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.server import Server
-from mcp.shared._stream_protocols import ReadStream, WriteStream
+from mcp.shared._stream_protocols import ReadStream
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -43,6 +42,7 @@ from pml.config import ServerSettings
 from pml.upstream.events import NO_CALLBACKS, ClientCallbacks
 from pml.upstream.results_wire import readable
 from pml.upstream.stderr_lines import meaningful_line
+from pml.upstream.stdio_transport import MAX_LINE_BYTES, TransportStreams, stdio_transport
 
 logger = logging.getLogger(__name__)
 
@@ -58,12 +58,6 @@ MAX_TOOL_PAGES: Final = 100
 STDERR_TAIL_BYTES: Final = 8192
 STDERR_HEAD_LINES: Final = 40
 HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
-
-# How long a stdio child may take to exit after its stdin closes before it is signalled.
-# The SDK's default (2 s) is exactly the grace PML's own MCP client gives PML, so a busy
-# child could outlive a PML killed at the end of that grace. PML must be done well inside.
-CHILD_STOP_GRACE_S: Final = 0.5
-sdk_stdio.PROCESS_TERMINATION_TIMEOUT = CHILD_STOP_GRACE_S
 
 
 def inherited_environment() -> dict[str, str]:
@@ -202,9 +196,6 @@ class _WatchedReadStream:
         await self.aclose()
 
 
-TransportStreams = tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]
-
-
 @asynccontextmanager
 async def _watched(
     transport: AbstractAsyncContextManager[TransportStreams], on_closed: Callable[[], None]
@@ -221,10 +212,12 @@ async def open_client(
     on_closed: Callable[[], None],
     stderr: StderrTail,
     callbacks: ClientCallbacks = NO_CALLBACKS,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> Client:
     """Connect to ``target`` with every resource entered on ``stack`` (raises on failure).
     ``callbacks`` answer the server's sampling, elicitation and roots requests and take its
-    log messages (each one given declares the matching client capability)."""
+    log messages (each one given declares the matching client capability); a stdio line
+    over ``max_line_bytes`` is dropped (see ``line_bound``)."""
 
     def client(transport: Any) -> Client:
         return Client(
@@ -242,12 +235,6 @@ async def open_client(
         return await stack.enter_async_context(client(target))
     if target.url is None:
         assert target.command is not None  # ServerSettings guarantees command or url
-        params = StdioServerParameters(
-            command=target.command,
-            args=list(target.args),
-            env=inherited_environment() | dict(target.env),
-            cwd=target.cwd,
-        )
         read_fd, write_fd = os.pipe()
         stderr.attach(read_fd)
         stack.callback(stderr.close)
@@ -256,7 +243,15 @@ async def open_client(
         readers = await stack.enter_async_context(anyio.create_task_group())
         stack.callback(readers.cancel_scope.cancel)  # a grandchild may keep the pipe open
         readers.start_soon(stderr.run)
-        transport = _watched(stdio_client(params, errlog=errlog), on_closed)
+        stdio = stdio_transport(
+            target.command,
+            target.args,
+            env=inherited_environment() | dict(target.env),
+            cwd=target.cwd,
+            errlog=errlog,
+            max_line_bytes=max_line_bytes,
+        )
+        transport = _watched(stdio, on_closed)
         try:
             return await stack.enter_async_context(client(transport))
         finally:
