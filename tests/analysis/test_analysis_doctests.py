@@ -8,7 +8,9 @@ from types import ModuleType
 import pytest
 
 from pml.analysis import (
+    bindings,
     credentials,
+    encoded_secrets,
     folding,
     fstring_secrets,
     lifting,
@@ -24,7 +26,9 @@ from pml.analysis import (
 )
 
 MODULES = [
+    bindings,
     credentials,
+    encoded_secrets,
     folding,
     fstring_secrets,
     lifting,

@@ -176,9 +176,11 @@ _PATH_SEPARATORS = re.compile(r"[/\\?&=#:;@]")
 _WORDS = re.compile(r"[A-Z]?[a-z]{3,}|[A-Z]{4,}|[0-9]{4,}")
 _PATH_LIKE = re.compile(r"^(?:[/~.]|[A-Za-z]:[\\/])|^[A-Za-z][A-Za-z0-9+.\-]*://|\.[A-Za-z]{1,5}$")
 
-# ``--password hunter2``, ``--api-key=...``: a command-line flag that names a credential.
+# ``--password hunter2``, ``--api-key=...``: a command-line flag that names a credential
+# (``-x1 --token ...``: the next flag is never the value of the one before).
 _FLAG = re.compile(
-    r"(?<![A-Za-z0-9_\-])--?([A-Za-z][A-Za-z0-9\-]{1,40})(?:=|[ \t]{1,4})['\"]?([^\s'\"]{4,256})"
+    r"(?<![A-Za-z0-9_\-])--?([A-Za-z][A-Za-z0-9\-]{1,40})(?:=|[ \t]{1,4})['\"]?"
+    r"(?!-)([^\s'\"]{4,256})"  # a value, not the next flag
 )
 
 

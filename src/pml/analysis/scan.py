@@ -22,6 +22,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from pml.analysis.bindings import binding_contexts, literal_str
 from pml.analysis.code_hash import canonical_dump
 from pml.analysis.folding import split_secret
 from pml.analysis.literals import literal_value
@@ -111,12 +112,6 @@ def _is_name(node: ast.AST, name: str) -> bool:
     return isinstance(node, ast.Name) and node.id == name
 
 
-def _literal_str(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    return None
-
-
 def _reference(node: ast.AST) -> tuple[str, str, str] | None:
     """``(namespace, name, display)`` when ``node`` is a well-formed ``mcp`` reference."""
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute):
@@ -124,7 +119,7 @@ def _reference(node: ast.AST) -> tuple[str, str, str] | None:
             namespace = node.value.attr
             return namespace, node.attr, f"{MCP}.{namespace}.{node.attr}"
     elif isinstance(node, ast.Subscript):
-        name = _literal_str(node.slice)
+        name = literal_str(node.slice)
         if name is None:
             return None
         if _is_name(node.value, MCP):
@@ -161,57 +156,6 @@ def _parses_to(text: str, node: ast.expr) -> bool:
     return canonical_dump(parsed) == canonical_dump(node)
 
 
-def binding_contexts(node: ast.AST) -> dict[int, str]:
-    """The names ``node`` binds its value children to: keyword, dict key, assignment target
-    (a name, an attribute, a string subscript, a tuple of them), parameter default, and the
-    name a value is compared with (``password == "..."``)."""
-    if isinstance(node, ast.keyword) and node.arg is not None:
-        return {id(node.value): node.arg}
-    if isinstance(node, ast.Assign | ast.AnnAssign | ast.NamedExpr | ast.AugAssign):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        if len(targets) == 1 and node.value is not None:
-            return _bound(targets[0], node.value)
-    if isinstance(node, ast.Dict):
-        return {
-            id(value): name
-            for key, value in zip(node.keys, node.values, strict=True)
-            if key is not None and (name := _literal_str(key)) is not None
-        }
-    if isinstance(node, ast.arguments):
-        positional = [*node.posonlyargs, *node.args]
-        with_defaults = positional[len(positional) - len(node.defaults) :]
-        pairs = [
-            *zip(with_defaults, node.defaults, strict=True),
-            *zip(node.kwonlyargs, node.kw_defaults, strict=True),
-        ]
-        return {id(default): arg.arg for arg, default in pairs if default is not None}
-    if isinstance(node, ast.Compare) and len(node.comparators) == 1:
-        left, right = node.left, node.comparators[0]
-        return {id(right): name} if (name := _target_name(left)) else _bound(right, left)
-    return {}
-
-
-def _target_name(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    if isinstance(node, ast.Subscript):
-        return _literal_str(node.slice)
-    return None
-
-
-def _bound(target: ast.expr, value: ast.expr) -> dict[int, str]:
-    if (name := _target_name(target)) is not None:
-        return {id(value): name}
-    if not isinstance(target, ast.Tuple) or not isinstance(value, ast.Tuple):
-        return {}
-    if len(target.elts) != len(value.elts):
-        return {}
-    found = [(id(v), _target_name(t)) for t, v in zip(target.elts, value.elts, strict=True)]
-    return {key: name for key, name in found if name is not None}
-
-
 class _Walker:
     def __init__(self, code: str) -> None:
         self.code = code
@@ -221,6 +165,7 @@ class _Walker:
         self.accounted: set[int] = set()  # ids of ``mcp`` / ``mcp.x`` nodes inside a reference
         self.handled: set[int] = set()  # ids of constants lifted, or read as names and keys
         self.called: set[int] = set()  # ids of references that are the callee of a call
+        self.bound: dict[int, str] = {}  # ids of values → the names they are bound to
         self.stack: list[_Frame] = []
 
     def fail(self, node: ast.AST, message: str) -> None:
@@ -314,7 +259,7 @@ class _Walker:
         self.scan.references.append(Reference(site, self.place(node, frame)))
 
     def visit_args_item(self, node: ast.Subscript, frame: _Frame) -> None:
-        key = _literal_str(node.slice)
+        key = literal_str(node.slice)
         self.handled.add(id(node.slice))
         if key is not None and isinstance(node.ctx, ast.Load):
             use = ArgsUse(key, False, False, False, None, node.lineno, self.place(node, frame))
@@ -342,7 +287,7 @@ class _Walker:
             and _is_name(func.value, ARGS)
             and not node.keywords
             and 1 <= len(node.args) <= 2
-            and (key := _literal_str(node.args[0])) is not None
+            and (key := literal_str(node.args[0])) is not None
         ):
             has_default = len(node.args) == 2
             ok, value = literal_value(node.args[1]) if has_default else (False, None)
@@ -363,7 +308,7 @@ class _Walker:
         if isinstance(node, ast.JoinedStr) and not split_secret(node):
             self.push_fstring(node, frame)
             return
-        contexts = binding_contexts(node)
+        self.bound.update(binding_contexts(node))  # ``a, b = x, y``: bound a level down
         # ``password = "pw-" + suffix``: the pieces of a value are bound to its name too.
         inherit = isinstance(node, ast.List | ast.Tuple | ast.Set) or (
             isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)
@@ -374,7 +319,8 @@ class _Walker:
         docstring = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
         skip_all = docstring or isinstance(node, ast.pattern) or split_secret(node)
         for child in reversed(list(ast.iter_child_nodes(node))):  # popped in source order
-            context = frame.context if inherit else contexts.get(id(child), "")
+            inherited = frame.context if inherit else ""
+            context = self.bound.get(id(child), inherited)
             skip = skip_all or id(child) in keys or id(child) in self.handled
             self.push(child, frame, context=context, no_secrets=skip)
 
@@ -387,7 +333,7 @@ class _Walker:
                 self.push(child, frame, inner=inner, no_secrets=True)  # literal text
                 continue
             # ``f"{expr=}"`` prints the expression's source: editing it would change the output.
-            before = _literal_str(values[index - 1]) if index > 0 else None
+            before = literal_str(values[index - 1]) if index > 0 else None
             start, end = self.source.span(child.value)
             expression = self.code[start:end].strip()
             debug = before is not None and before.rstrip().endswith("=") and expression in before

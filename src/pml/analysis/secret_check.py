@@ -3,8 +3,9 @@
 ``find_secret(code)`` reads code as it would be stored — every string and bytes constant
 (docstrings, dict keys, match patterns, f-string text included), constants glued together
 or encoded (``encoded_secrets``), every comment and every identifier — and returns where
-the first credential-looking text is, and in what; ``None`` when there is none. Capture refuses code for which it finds one after
-lifting and redaction (``check_stored``), and bundle export leaves such a capability out.
+the first credential-looking text is, and in what; ``None`` when there is none. Capture
+refuses code for which it finds one after lifting and redaction (``check_stored``), and
+bundle export leaves such a capability out.
 The finding never quotes the secret.
 
 Example::
@@ -23,13 +24,13 @@ import ast
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from pml.analysis.bindings import binding_contexts
 from pml.analysis.code_hash import parse_snippet
 from pml.analysis.credentials import is_secret_keyword, keyword_words, looks_secret
 from pml.analysis.encoded_secrets import encoded_secret
 from pml.analysis.folding import folded_text, is_compound
 from pml.analysis.glued_secrets import glued_prefix
 from pml.analysis.lifting import Parameter
-from pml.analysis.scan import binding_contexts
 from pml.analysis.secret_comments import UnreadableComments, comments
 from pml.analysis.secret_params import key_nodes
 from pml.analysis.secret_text import holds_secret, secret_spans

@@ -34,11 +34,11 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from pml.analysis.bindings import binding_contexts
 from pml.analysis.code_hash import canonical_dump, parse_snippet
 from pml.analysis.folding import folded_text, is_compound, split_secret
 from pml.analysis.fstring_secrets import fstring_rewrite
 from pml.analysis.lifting import Edit, Parameter
-from pml.analysis.scan import binding_contexts
 from pml.analysis.secret_comments import comment_edits
 from pml.analysis.secret_params import SecretNames, args_text, key_nodes
 from pml.analysis.secret_text import REDACTED, holds_secret, redact_spans, secret_spans
@@ -90,6 +90,7 @@ class _Sweeper:
 
     def run(self, tree: ast.Module) -> None:
         stack: list[tuple[ast.AST, str]] = [(tree, "")]
+        bound: dict[int, str] = {}  # ids of values → the names they are bound to
         while stack:
             node, context = stack.pop()
             if isinstance(node, ast.pattern):
@@ -102,12 +103,13 @@ class _Sweeper:
                 continue
             if isinstance(node, ast.expr) and self.lifted(node, context):
                 continue
-            contexts = binding_contexts(node)
+            bound.update(binding_contexts(node))  # ``a, b = x, y``: bound a level down
             inherit = isinstance(node, ast.List | ast.Tuple | ast.Set | ast.BinOp)
             keys = {id(key) for key in key_nodes(node)}  # names: ``secret_check`` judges them
             for child in reversed(list(ast.iter_child_nodes(node))):
                 if id(child) not in keys:
-                    stack.append((child, context if inherit else contexts.get(id(child), "")))
+                    inherited = context if inherit else ""
+                    stack.append((child, bound.get(id(child), inherited)))
 
     def statement(self, node: ast.Constant) -> None:
         """A docstring or other bare string: its credentials redacted, nothing lifted."""
