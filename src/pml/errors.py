@@ -183,7 +183,8 @@ def _retry_after(given: float | None, data: dict[str, Any]) -> float:
 
 
 class Busy(PmlError):
-    """The caller's fair-share queue of sandbox runs is full; ``retryAfterS`` says when to retry."""
+    """The caller's fair-share queue (sandbox runs, query embeddings) is full; ``retryAfterS``
+    says when to retry."""
 
     code = "BUSY"
 

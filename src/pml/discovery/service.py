@@ -14,7 +14,8 @@ query) and those announced as changed, here or — through PostgreSQL ``NOTIFY``
 replica. Usage and success counts, which change on every run, are re-read every
 ``STATS_INTERVAL_S``; a full reconciliation every ``RECONCILE_INTERVAL_S`` catches a change
 written with a clock behind this one's. Each full load or reconciliation also deletes the
-stored vectors of texts no item shows any more (``pml.discovery.pruning``).
+stored vectors of texts no item shows any more (``pml.discovery.pruning``). A query's own
+embedding takes its tenant's turn in the process's lane (``pml.discovery.embed_lane``).
 """
 
 from __future__ import annotations
@@ -22,17 +23,16 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
-import anyio.to_thread
 import numpy as np
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from pml.discovery import embed_lane
 from pml.discovery.background import embed_in_background
 from pml.discovery.base import KindFilter
 from pml.discovery.embedder import Embedder
@@ -90,6 +90,7 @@ class DiscoveryService:
         clock: Callable[[], datetime] = utc_now,
         refresh_interval_s: float = REFRESH_INTERVAL_S,
         query_cache_size: int = QUERY_CACHE_SIZE,
+        lane: embed_lane.EmbedLane | None = None,
     ) -> None:
         self._db = db
         self._pool = pool
@@ -97,7 +98,9 @@ class DiscoveryService:
         self.routing = routing  # [routing]; a reload replaces it
         self._clock = clock
         self._refresh_interval_s = refresh_interval_s
-        self._query_cache_size = query_cache_size
+        self._query_vectors = embed_lane.QueryVectors(
+            embedder.embed, cache_size=query_cache_size, lane=lane
+        )
         self._index = HybridIndex(embedder.dim)
         self._lock = anyio.Lock()
         self._loaded = False
@@ -105,7 +108,6 @@ class DiscoveryService:
         self._last_refresh = 0.0
         self._watermark: datetime | None = None
         self._stored: dict[str, tuple[str, bytes]] | None = None
-        self._queries: OrderedDict[str, Vector] = OrderedDict()
         self._changed: set[str] = set()  # FQDNs announced as changed, read at the next sync
         self._indexed: dict[str, str] = {}  # key -> the text its terms were taken from
         self._view_hashes: dict[str, tuple[str, ...]] = {}  # key -> its views' text hashes
@@ -165,11 +167,12 @@ class DiscoveryService:
     ) -> list[Hit]:
         """The ranked index rows for ``intent`` that ``scope`` may see and may call."""
         await self.refresh()
-        vector = await self._query_vector(intent)
+        query = intent[: embed_lane.MAX_INTENT_CHARS]
+        vector: Vector = await self._query_vectors.vector(scope, query)
         policy = self.policy if policed else None
         wanted = limit if policy is None else min(limit * POLICY_OVERFETCH, MAX_POLICY_FETCH)
         hits = self._index.search(
-            vector, terms(intent), scope, kind=kind, limit=wanted, min_score=min_score
+            vector, terms(query), scope, kind=kind, limit=wanted, min_score=min_score
         )
         if policy is None:
             return below_replacements(hits)
@@ -360,17 +363,6 @@ class DiscoveryService:
                 await SqlDiscoveryRepository(conn).save_vectors(self.model_id, rows, self._clock())
         except PmlError as error:  # the index has them; only a restart pays for this
             logger.warning("discovery vectors not stored: %s", error)
-
-    async def _query_vector(self, intent: str) -> Vector:
-        cached = self._queries.get(intent)
-        if cached is not None:
-            self._queries.move_to_end(intent)
-            return cached
-        vector = (await anyio.to_thread.run_sync(self._embedder.embed, [intent]))[0]
-        self._queries[intent] = vector
-        if len(self._queries) > self._query_cache_size:
-            self._queries.popitem(last=False)
-        return vector
 
     @asynccontextmanager
     async def _step(self, *, write: bool) -> AsyncGenerator[AsyncConnection]:
