@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 
 import anyio
 import anyio.lowlevel
-import mcp_types
 import numpy as np
 import pytest
 from numpy.typing import NDArray
 
+from discovery.test_discovery_service import REFERENCE
 from pml.discovery.embed_lane import (
     QUERY_MAX_CHARS,
     RETRY_MAX_S,
@@ -37,7 +37,6 @@ from pml.errors import Busy
 from pml.registry.models import RoutingRules
 from pml.registry.scope import Scope
 from pml.storage.database import Database
-from pml.upstream.base import UpstreamTool
 
 pytestmark = pytest.mark.anyio
 
@@ -68,30 +67,6 @@ def english(chars: int, *, seed: int) -> str:
         out.append(sentence.capitalize())
         size += len(sentence) + 1
     return " ".join(out)[:chars]
-
-
-class Tools:
-    """The upstream pool's tool list, as the service reads it (``list_tools``)."""
-
-    def __init__(self, **servers: list[tuple[str, str]]) -> None:
-        self.tools = [
-            UpstreamTool(server, mcp_types.Tool(name=name, description=text, input_schema={}))
-            for server, tools in servers.items()
-            for name, text in tools
-        ]
-
-    async def list_tools(self) -> list[UpstreamTool]:
-        return list(self.tools)
-
-
-REFERENCE = Tools(
-    filesystem=[
-        ("read_text_file", "Read the complete contents of a file from the file system as text."),
-        ("list_directory", "Get a detailed listing of all files and directories in a path."),
-    ],
-    time=[("get_current_time", "Get current time in a specific timezone")],
-    git=[("git_log", "Shows the commit logs")],
-)
 
 
 def _model() -> Embedder:
