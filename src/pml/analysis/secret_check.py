@@ -127,13 +127,20 @@ def _in_tree(tree: ast.Module) -> Finding | None:
 
 def _numbers(node: ast.AST) -> list[str]:
     """The names of credentials ``node`` binds to a number (``password = 83749203``)."""
-    return [
-        name
+    numbers = [
+        child
         for child in ast.iter_child_nodes(node)
         if isinstance(child, ast.Constant)
         and type(child.value) is int
         and abs(child.value) >= _PIN_LIKE
-        and (name := binding_contexts(node).get(id(child))) is not None
+    ]
+    if not numbers:
+        return []
+    contexts = binding_contexts(node)  # once per node: it reads every child
+    return [
+        name
+        for child in numbers
+        if (name := contexts.get(id(child))) is not None
         and is_secret_keyword(name)
         and keyword_words(name)[-1].rstrip("0123456789") in _NUMBER_SECRETS
     ]

@@ -24,7 +24,7 @@ from typing import Any, cast
 
 from pml.config import SandboxSettings
 from pml.errors import ApprovalRequired, InvalidInput, PermissionDenied, PmlError, UnknownTool
-from pml.execution.answers import cached_analysis
+from pml.execution.answers import analysis_of
 from pml.execution.caller import Budget, RunCaller
 from pml.execution.references import plan_references, upstream_tools
 from pml.policy.enforcer import PolicyEnforcer, refusal_data
@@ -127,7 +127,7 @@ class LocalRunner:
         try:
             workflow_id, code, args, intent = handoff_fields(handoff)
             limits = self._limits_of(handoff)
-            analysis = cached_analysis(code, limits.max_code_bytes)
+            analysis = await analysis_of(code, limits.max_code_bytes)
             plan = await plan_references(
                 analysis.calls,
                 scope=self._scope,

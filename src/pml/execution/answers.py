@@ -1,13 +1,18 @@
 """The pieces of ``pml_execute`` answers and requests shared by its modes.
 
-analysis = cached_analysis(code, max_code_bytes)     # parsed once per distinct snippet
+analysis = await analysis_of(code, max_code_bytes)   # parsed once per distinct snippet
 success_answer(outcome, budget, ...)                 # the SPEC §5 success object
 stored_request(params)                               # a request as a paused run keeps it
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import asyncio
+import weakref
+from typing import Any, Final, Protocol
+
+import anyio
+import anyio.to_thread
 
 from pml.analysis.snippet import SnippetAnalysis, analyze_snippet, check_code
 from pml.config import SandboxSettings
@@ -19,6 +24,28 @@ from pml.registry.models import CapabilityRecord
 from pml.sandbox.base import RunOutcome
 
 ANALYSES = AnalysisCache()
+# A snippet larger than this is analysed on a worker thread, one at a time in the process:
+# a 100 KB snippet takes 0.3-1 s to analyse, which on the event loop was every tenant's
+# wait. Smaller ones (most snippets: a few KB, a few ms) are analysed where they arrive.
+INLINE_ANALYSIS_BYTES: Final = 4096
+_LARGE_ANALYSES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = (
+    weakref.WeakKeyDictionary()
+)  # one per event loop (a gateway runs one; a test's loop gets its own)
+
+
+async def analysis_of(code: str, max_code_bytes: int) -> SnippetAnalysis:
+    """``cached_analysis`` without holding the event loop for a large snippet (see above)."""
+    check_code(code, max_code_bytes)
+    found = ANALYSES.get(code)
+    if found is not None:
+        return found
+    if len(code.encode("utf-8", "surrogatepass")) <= INLINE_ANALYSIS_BYTES:
+        return cached_analysis(code, max_code_bytes)
+    loop = asyncio.get_running_loop()
+    limiter = _LARGE_ANALYSES.get(loop) or _LARGE_ANALYSES.setdefault(
+        loop, anyio.CapacityLimiter(1)
+    )
+    return await anyio.to_thread.run_sync(cached_analysis, code, max_code_bytes, limiter=limiter)
 
 
 def cached_analysis(code: str, max_code_bytes: int) -> SnippetAnalysis:
@@ -38,10 +65,10 @@ def cached_analysis(code: str, max_code_bytes: int) -> SnippetAnalysis:
     return ANALYSES.put(code, analyze_snippet(code, max_code_bytes=size))
 
 
-def stored_analysis(code: str, fqdn: str, max_code_bytes: int) -> SnippetAnalysis:
+async def stored_analysis(code: str, fqdn: str, max_code_bytes: int) -> SnippetAnalysis:
     """The analysis of a capability's stored code (stored code may exceed today's limit)."""
     try:
-        return cached_analysis(code, max(max_code_bytes, len(code.encode())))
+        return await analysis_of(code, max(max_code_bytes, len(code.encode())))
     except PmlError as error:
         raise ExecutionFailed(f"Stored code of {fqdn} cannot run: {error.message}") from None
 

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from pml.analysis.snippet import SnippetAnalysis
 from pml.errors import InvalidInput
-from pml.execution.answers import cached_analysis
+from pml.execution.answers import analysis_of
 from pml.execution.clients import ClientCaller
 from pml.execution.references import Plan, Target, plan_references, upstream_tools
 from pml.execution.values import check_args, merged_args
@@ -289,7 +289,7 @@ class OfflineContexts:
             raise InvalidInput(f"Invalid offline run: {where}: {problem['msg']}") from None
         if params.code is None:
             raise InvalidInput("Invalid offline run: no code", field="code")
-        analysis = cached_analysis(params.code, self.max_code_bytes)
+        analysis = await analysis_of(params.code, self.max_code_bytes)
         plan = await plan_references(
             analysis.calls,
             scope=scope,

@@ -211,7 +211,7 @@ class ExecuteService:
         started = time.perf_counter()
         limits = answers.limits_for(self._limits, params)
         try:
-            analysis = answers.cached_analysis(code, limits.max_code_bytes)
+            analysis = await answers.analysis_of(code, limits.max_code_bytes)
             if params.update:
                 if params.name is None:
                     raise InvalidInput(
@@ -369,7 +369,7 @@ class ExecuteService:
         self, scope: Scope, resolved: Resolved, client: ClientCaller | None
     ) -> Plan:
         code, fqdn = resolved.version.code or "", resolved.record.fqdn
-        analysis = answers.stored_analysis(code, fqdn, self._limits.max_code_bytes)
+        analysis = await answers.stored_analysis(code, fqdn, self._limits.max_code_bytes)
         try:
             return await self._plan(scope, analysis, client=client)
         except UnknownTool as error:  # learned from a client's run: say where it can run

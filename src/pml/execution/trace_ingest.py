@@ -44,7 +44,7 @@ import anyio
 from pydantic import ValidationError
 
 from pml.errors import InvalidInput, PmlError
-from pml.execution.answers import cached_analysis
+from pml.execution.answers import analysis_of
 from pml.execution.capture import CaptureService, RunReport
 from pml.execution.clients import ClientCaller
 from pml.execution.handoff import CLIENT_RUN_KIND, LearningContext, OfflineContexts
@@ -251,7 +251,7 @@ class TraceIngest:
         for context in contexts:
             if context.mode != "capability" and context.name is None and not context.update:
                 try:
-                    analysis = cached_analysis(context.code, max(1, len(context.code.encode())))
+                    analysis = await analysis_of(context.code, max(1, len(context.code.encode())))
                 except PmlError:  # rejected when the trace is processed
                     continue
                 if analysis.code_hash not in batch.reused:
@@ -297,7 +297,7 @@ class TraceIngest:
         allowed = {target.address for target in context.targets.values()}
         called = tuple(dict.fromkeys(t["tool"] for t in tasks if t["tool"] in allowed))
         try:  # code accepted before an upgrade may be refused by today's analysis
-            analysis = cached_analysis(context.code, max(1, len(context.code.encode())))
+            analysis = await analysis_of(context.code, max(1, len(context.code.encode())))
         except PmlError as error:
             logger.warning("trace of %s not captured: %s", trace.workflowId, error.message)
             return answer(trace, "rejected", message=error.message)
