@@ -133,6 +133,28 @@ async def test_waiting_tenants_take_turns_and_a_newcomer_goes_first() -> None:
     assert (lane.running, lane.waiting, lane.tracked) == (0, 0, 0)
 
 
+async def test_one_org_s_many_keys_take_one_turn_between_them() -> None:
+    lane = EmbedLane(slots=1, queue_limit=8)
+    gate, order = Gate(), list[str]()
+    flood = [("flood-org", "web", f"key-{index}") for index in range(4)]
+    async with anyio.create_task_group() as group:
+        group.start_soon(lane.run, flood[0], gate.work())
+        await until(lambda: lane.running == 1)
+        for index, tenant in enumerate(flood):
+            for i in range(2):
+                group.start_soon(lane.run, tenant, recorder(order, f"f{index}.{i}"))
+                await until(lambda t=tenant, n=i + 1: lane.queued_for(t) == n)
+        for i in range(3):
+            group.start_soon(lane.run, VICTIM, recorder(order, f"v{i}"))
+            await until(lambda n=i + 1: lane.queued_for(VICTIM) == n)
+        gate.open()
+    # The flood's org and the victim's take turns, whatever the number of the flood's keys;
+    # within the flood's org, its keys take turns.
+    assert order[:6] == ["v0", "f1.0", "v1", "f2.0", "v2", "f3.0"]
+    assert sorted(order[6:]) == ["f0.0", "f0.1", "f1.1", "f2.1", "f3.1"]
+    assert (lane.running, lane.waiting, lane.tracked) == (0, 0, 0)
+
+
 @pytest.mark.parametrize("slots", [1, 2])
 async def test_the_victim_of_a_flood_waits_only_for_what_runs_and_a_full_queue_is_busy(
     slots: int,

@@ -10,9 +10,10 @@ ran 32 embeddings at once: another tenant's query waited behind all of them (p95
 every thread held its own model buffers (1.6 GB). Here at most ``SLOTS`` query embeddings
 run at once; the others wait, each tenant (org, project, user) in its own queue of at most
 ``QUEUE_PER_TENANT`` (one more is refused at once: ``BUSY`` with ``retryAfterS``). A freed
-slot goes to the waiting tenant holding the fewest slots, then the least recently served (a
-tenant that was idle first), and to that tenant's oldest waiter: tenants take turns, so a
-newcomer waits for the embeddings already running, not for a flood's queue. A waiter that
+slot goes to the org holding the fewest slots, then the least recently served (an org that
+was idle first), within it to the tenant chosen the same way, and to that tenant's oldest
+waiter: orgs take turns (one org's many keys take one turn between them), so a newcomer
+waits for the embeddings already running, not for a flood's queue. A waiter that
 is cancelled leaves its queue in the same step; a running embedding that is cancelled keeps
 its slot until its thread is done, so the bound holds. Counting is synchronous (one event
 loop; nothing is awaited while the counts change), and a tenant with nothing running or
@@ -88,6 +89,13 @@ class _Waiter:
     granted: bool = False
 
 
+@dataclass(slots=True)
+class _Org:
+    held: int = 0
+    waiting: int = 0
+    served: int = 0  # when one of its tenants last got a slot
+
+
 class EmbedLane:
     """At most ``slots`` embeddings at once, waiting tenants served in turn (see module)."""
 
@@ -100,6 +108,7 @@ class EmbedLane:
         self._held: dict[Tenant, int] = {}
         self._queues: dict[Tenant, deque[_Waiter]] = {}  # in order of arrival
         self._served: dict[Tenant, int] = {}  # when each last got a slot
+        self._orgs: dict[str, _Org] = {}  # orgs with a tenant running or waiting
         self._turns = 0
         self._embed_s = FIRST_EMBED_ESTIMATE_S
 
@@ -113,7 +122,7 @@ class EmbedLane:
     @property
     def tracked(self) -> int:
         """Tenants with something running or waiting (memory follows this)."""
-        return len(self._held.keys() | self._queues.keys() | self._served.keys())
+        return len(self._held.keys() | self._queues.keys() | self._served.keys()) + len(self._orgs)
 
     def queued_for(self, tenant: Tenant) -> int:
         """Embeddings of ``tenant`` waiting now."""
@@ -155,6 +164,7 @@ class EmbedLane:
             raise self._busy(tenant)
         waiter = _Waiter(tenant)
         self._queues.setdefault(tenant, deque()).append(waiter)
+        self._org(tenant).waiting += 1
         try:
             await waiter.turn.wait()
         except BaseException:  # cancelled: out of the queue, or the slot just given passed on
@@ -173,14 +183,21 @@ class EmbedLane:
             queuePerTenant=self.queue_limit,
         )
 
+    def _org(self, tenant: Tenant) -> _Org:
+        return self._orgs.setdefault(tenant[0], _Org())
+
     def _start(self, tenant: Tenant) -> None:
         self.running += 1
         self._held[tenant] = self._held.get(tenant, 0) + 1
         self._turns += 1
         self._served[tenant] = self._turns
+        org = self._org(tenant)
+        org.held += 1
+        org.served = self._turns
 
     def _release(self, tenant: Tenant) -> None:
         self.running -= 1
+        self._orgs[tenant[0]].held -= 1
         held = self._held[tenant] - 1
         if held:
             self._held[tenant] = held
@@ -193,16 +210,20 @@ class EmbedLane:
             waiter = queue.popleft()
             if not queue:
                 del self._queues[chosen]
+            self._orgs[chosen[0]].waiting -= 1
             waiter.granted = True
             self._start(chosen)
             waiter.turn.set()
 
-    def _rank(self, tenant: Tenant) -> tuple[int, int]:
-        return (self._held.get(tenant, 0), self._served.get(tenant, 0))
+    def _rank(self, tenant: Tenant) -> tuple[int, int, int, int]:
+        """Org first (one org's many keys take one turn between them), then its tenant."""
+        org = self._orgs[tenant[0]]
+        return (org.held, org.served, self._held.get(tenant, 0), self._served.get(tenant, 0))
 
     def _drop(self, waiter: _Waiter) -> None:
         queue = self._queues[waiter.tenant]
         queue.remove(waiter)
+        self._orgs[waiter.tenant[0]].waiting -= 1
         if not queue:
             del self._queues[waiter.tenant]
             self._forget_if_idle(waiter.tenant)
@@ -210,6 +231,9 @@ class EmbedLane:
     def _forget_if_idle(self, tenant: Tenant) -> None:
         if tenant not in self._held and tenant not in self._queues:
             self._served.pop(tenant, None)
+        org = self._orgs.get(tenant[0])
+        if org is not None and org.held == 0 and org.waiting == 0:
+            del self._orgs[tenant[0]]
 
 
 _lanes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, EmbedLane] = (
