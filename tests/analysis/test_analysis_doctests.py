@@ -9,6 +9,7 @@ import pytest
 
 from pml.analysis import (
     bindings,
+    config_secrets,
     credentials,
     encoded_secrets,
     folding,
@@ -18,6 +19,7 @@ from pml.analysis import (
     scan,
     secret_check,
     secret_comments,
+    secret_pairs,
     secret_params,
     secret_sweep,
     secret_text,
@@ -27,6 +29,7 @@ from pml.analysis import (
 
 MODULES = [
     bindings,
+    config_secrets,
     credentials,
     encoded_secrets,
     folding,
@@ -36,6 +39,7 @@ MODULES = [
     scan,
     secret_check,
     secret_comments,
+    secret_pairs,
     secret_params,
     secret_sweep,
     secret_text,

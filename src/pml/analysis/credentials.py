@@ -54,6 +54,8 @@ _SECRET_WORDS = frozenset(
         "passwd",
         "passphrase",
         "pwd",
+        "pw",
+        "pswd",
         "apikey",
         "accesskey",
         "privatekey",
@@ -234,8 +236,9 @@ def _named_value_is_secret(value: str) -> bool:
 def _assignment_is_secret(keyword: str, value: str) -> bool:
     """``password=...`` inside text: a credential keyword (not bare ``auth``), a real value."""
     value = value.rstrip(".,;:)'\"").lstrip("'\"")
-    if keyword_words(keyword) == ["auth"] or len(value) < 6:
-        return False
+    words = keyword_words(keyword)
+    if words == ["auth"] or len(value) < 6 or (words[-1:] == ["pw"] and value.isalpha()):
+        return False  # ``pw=channel``: a two-letter name says too little for a word
     return is_secret_keyword(keyword) and _named_value_is_secret(value)
 
 

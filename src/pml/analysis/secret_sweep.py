@@ -11,7 +11,9 @@ code it produced and handles every other place a credential can be written:
   not UTF-8 text are refused);
 - constants glued together — ``"sk-" + "..."``, ``"".join([...])``, ``%``, ``.format``,
   ``bytes.fromhex`` (``folding``) — and dict keys: the whole expression becomes
-  ``args["..."]``.
+  ``args["..."]``;
+- a credential given by position after its name (``("X-Api-Key", "...")``,
+  ``setattr(c, "password", "...")``: ``secret_pairs``): lifted like a keyword's value.
 
 Names the code is checked against (``args["..."]`` keys, ``mcp`` tool names), match patterns
 and identifiers cannot become parameters: ``secret_check`` refuses code that still holds a
@@ -40,6 +42,7 @@ from pml.analysis.folding import folded_text, is_compound, split_secret
 from pml.analysis.fstring_secrets import fstring_rewrite
 from pml.analysis.lifting import Edit, Parameter
 from pml.analysis.secret_comments import comment_edits
+from pml.analysis.secret_pairs import pair_contexts
 from pml.analysis.secret_params import SecretNames, args_text, key_nodes
 from pml.analysis.secret_text import REDACTED, holds_secret, redact_spans, secret_spans
 from pml.analysis.source_map import SourceMap
@@ -81,6 +84,24 @@ def _parses_to(text: str, expected: ast.expr) -> bool:
     return canonical_dump(parsed) == canonical_dump(expected)
 
 
+def _carried(node: ast.AST) -> set[int] | None:
+    """The children that keep the name ``node`` is bound to (``None``: all of them):
+    the items of a list, tuple or set and the operands of ``+``/``*``; the text a slice or a
+    method of a string constant is taken from, when the method reads nothing else
+    (``password = "..."[::-1]``, ``token = "...".strip()``)."""
+    if isinstance(node, ast.List | ast.Tuple | ast.Set | ast.BinOp):
+        return None
+    if isinstance(node, ast.Subscript):
+        return {id(node.value)}
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        plain = all(isinstance(a, ast.Constant) for a in [*node.args, *node.keywords])
+        # ``"Bearer {}".format(t)``, ``":".join(parts)``: a template, not the credential
+        return {id(node.func)} if plain and isinstance(node.func.value, ast.Constant) else set()
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Constant):
+        return {id(node.value)}
+    return set()
+
+
 class _Sweeper:
     def __init__(self, code: str, names: SecretNames) -> None:
         self.code = code
@@ -104,11 +125,12 @@ class _Sweeper:
             if isinstance(node, ast.expr) and self.lifted(node, context):
                 continue
             bound.update(binding_contexts(node))  # ``a, b = x, y``: bound a level down
-            inherit = isinstance(node, ast.List | ast.Tuple | ast.Set | ast.BinOp)
+            bound.update(pair_contexts(node))  # ``("X-Api-Key", "...")``: bound by position
+            carried = _carried(node)
             keys = {id(key) for key in key_nodes(node)}  # names: ``secret_check`` judges them
             for child in reversed(list(ast.iter_child_nodes(node))):
                 if id(child) not in keys:
-                    inherited = context if inherit else ""
+                    inherited = context if carried is None or id(child) in carried else ""
                     stack.append((child, bound.get(id(child), inherited)))
 
     def statement(self, node: ast.Constant) -> None:

@@ -6,7 +6,8 @@ shapes from event text (a test keeps the two in agreement on comment-like text).
 ``secret_spans(text)`` finds the character spans to lift or redact: known key shapes
 (``sk-...``, ``ghp_...``, JWTs...), the credential after ``Bearer``/``Basic``/``token``, a
 URL's password, the value of ``password=...`` or ``api_key: ...``, PEM private keys (to
-their end marker), and random-looking runs of token characters (in a path, only the random
+their end marker), the password of a ``.pgpass`` line or a ``.netrc`` entry
+(``config_secrets``), and random-looking runs of token characters (in a path, only the random
 part). When ``looks_secret`` takes the whole text for
 a credential and no part stands out, the whole text (stripped) is the span.
 
@@ -32,6 +33,7 @@ import re
 import string
 from typing import Final, cast
 
+from pml.analysis.config_secrets import config_file_spans
 from pml.analysis.credentials import (
     CREDENTIAL_SHAPES,
     flag_spans,
@@ -80,7 +82,7 @@ _KEY_WORD_VALUE = re.compile(
 )
 # ``the password is Tr0ub4dor&3``, ``set the passcode to 83749203``: a password in prose.
 _PROSE_PASSWORD = re.compile(
-    r"(?i:(?<![a-z0-9])(?:[a-z0-9]{1,32}_)?(?:password|passwd|pwd|passphrase|passcode)"
+    r"(?i:(?<![a-z0-9])(?:[a-z0-9]{1,32}_)?(?:password|passwd|pwd|pswd|pw|passphrase|passcode)"
     r"[ \t]{0,2}[:=]?[ \t]{1,4}(?:(?:(?:it[ \t]{1,4})?(?:is|was)|to|of)[ \t]{1,4})?"
     r"|\bidentified[ \t]+by[ \t]+)"
     r"['\"]?([^\s'\"]{6,128})"
@@ -124,8 +126,13 @@ def _assignments(text: str) -> list[tuple[int, int]]:
         keyword, value = match[1], match[2].rstrip(_TRAILING)
         if value.startswith(REDACTED[:-1]):  # already redacted
             continue
-        if keyword_words(keyword) == ["auth"] or not is_secret_keyword(keyword):
+        words = keyword_words(keyword)
+        config_pass = words == ["pass"] and _quoted_key(text, match)  # ``"pass": "..."``
+        if words == ["auth"] or not (config_pass or is_secret_keyword(keyword)):
             continue
+        if (config_pass or words[-1] == "pw") and value.isalpha():  # ``pw:api``: a label
+            continue
+        keyword = "password" if config_pass else keyword
         placeholder = value.lower() in _PLACEHOLDER_WORDS or _PLACEHOLDER.fullmatch(value)
         phrase = (
             not placeholder
@@ -139,6 +146,13 @@ def _assignments(text: str) -> list[tuple[int, int]]:
             if not _is_template(text[match.start(2) : end]):  # ``token='{token}'``
                 spans.append((match.start(2), end))
     return spans
+
+
+def _quoted_key(text: str, match: re.Match[str]) -> bool:
+    """Whether the keyword of ``match`` is quoted (``"pass": ``, ``'pass'=``): a key of
+    JSON, YAML or TOML, not a word of prose (``first pass: the names``)."""
+    before = text[match.start(1) - 1] if match.start(1) > 0 else ""
+    return before in "'\"" and text[match.end(1) : match.end(1) + 1] == before
 
 
 def _is_phrase(text: str, start: int) -> bool:
@@ -230,7 +244,7 @@ def secret_spans(text: str) -> list[tuple[int, int]]:
     spans += [match.span(1) for match in _SCHEME.finditer(text) if _scheme_credential(match[1])]
     spans += [m.span(1) for m in _URL_PASSWORD.finditer(text) if not _is_template(m[1])]
     spans += _assignments(text) + _pem(text) + _random_runs(text) + _key_word_values(text)
-    spans += flag_spans(text) + command_line_spans(text)
+    spans += flag_spans(text) + command_line_spans(text) + config_file_spans(text)
     # The whole text judged as one value: only a single token can be a credential the finders
     # above miss (with a space in it, each of looks_secret's tests has a finder above).
     stripped = text.strip()

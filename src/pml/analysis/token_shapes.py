@@ -4,7 +4,8 @@
 JWT, a Hugging Face or Shopify token...): stored code lifts it, the audit and stored intents
 redact it. ``TOKEN_PREFIX`` matches a constant that is only the start of one (``"ghp_"``),
 which code may glue to the rest at run time. ``command_line_spans`` finds the passwords of
-command lines (``mysql -pSecret``, ``sshpass -p secret``, ``curl -u user:secret``).
+command lines (``mysql -pSecret``, ``sshpass -p secret``, ``curl -u user:secret``,
+``sqlcmd -U sa -P secret``).
 
 Every pattern starts with a fixed prefix behind a look-behind and bounds its runs, so each
 runs in linear time on hostile input.
@@ -56,10 +57,14 @@ _SHAPES: Final = [
     (r"key-", r"[0-9a-zA-Z]{32}(?![A-Za-z0-9])"),  # Mailgun
 ]
 _JWT: Final = r"eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}(?:\.[A-Za-z0-9_\-]*)?"
-# A Telegram bot token (``123456789:AA...``) and a Discord bot token (three dotted parts).
+# A Telegram bot token (``123456789:AA...``), a Discord bot token (three dotted parts), and
+# the webhook URLs whose last part is the credential (Slack, Discord).
 _OTHERS: Final = [
     r"[0-9]{8,10}:AA[A-Za-z0-9_\-]{33}(?![A-Za-z0-9_\-])",
     r"[MNO][A-Za-z0-9_\-]{23,27}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,}",
+    r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_]{1,32}/[A-Za-z0-9_]{1,32}"
+    r"/[A-Za-z0-9_]{16,64}",
+    r"discord(?:app)?\.com/api/webhooks/[0-9]{5,24}/[A-Za-z0-9_\-]{40,100}",
 ]
 
 # One look-behind before one alternation: ten times faster than one per alternative.
@@ -70,13 +75,14 @@ CREDENTIAL_SHAPES: Final = re.compile(
 TOKEN_PREFIX: Final = re.compile("|".join([*(prefix for prefix, _ in _SHAPES), "eyJ"]))
 
 # Command lines: the password after mysql's -p, sshpass's -p, docker login's -p, curl's
-# -u user:password.
+# -u user:password, SQL Server's sqlcmd/bcp -P.
 _COMMAND_LINE: Final = re.compile(
     r"\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b[^\n]{0,200}?[ \t]-p([^\s'\"]{3,256})"
     r"|\bsshpass[ \t]+-p[ \t]*([^\s'\"]{3,256})"
     r"|\b(?:docker|podman|helm|nerdctl)[ \t]+(?:registry[ \t]+)?login\b"
     r"[^\n]{0,200}?[ \t]-p[ \t]+([^\s'\"]{3,256})"
     r"|(?:^|[ \t])(?:-u|--user)[ \t]+['\"]?[^\s:'\"]{1,64}:([^\s'\"@]{3,256})"
+    r"|\b(?:sqlcmd|bcp|osql|isql)\b[^\n]{0,200}?[ \t]-P[ \t]*([^\s'\"]{3,256})"
 )
 
 
@@ -84,7 +90,7 @@ def command_line_spans(text: str) -> list[tuple[int, int]]:
     """The ``(start, end)`` spans of the passwords written in command lines inside ``text``."""
     spans: list[tuple[int, int]] = []
     for match in _COMMAND_LINE.finditer(text):
-        group = next(index for index in (1, 2, 3, 4) if match[index] is not None)
+        group = next(index for index in (1, 2, 3, 4, 5) if match[index] is not None)
         value = match[group]
         if value[0] in "$%{<" or (group == 4 and not any(c.isalpha() for c in value)):
             continue  # a variable, or ``-u 1000:1000`` (a uid:gid)
