@@ -291,5 +291,6 @@ def test_secrets_in_docstrings_dict_keys_and_f_strings_never_stay() -> None:
 def test_secrets_in_expression_statements_are_lifted() -> None:
     code = 'print(connect(password="hunter2"))\nawait client.login(f"{user}", "hunter2")\n'
     assert stored(code) == (
-        'print(connect(password=args["password"]))\nawait client.login(f"{user}", "hunter2")\n'
+        'print(connect(password=args["password"]))\n'
+        'await client.login(f"{user}", args["password"])\n'
     )

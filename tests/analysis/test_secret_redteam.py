@@ -208,3 +208,36 @@ def test_wrong_types_are_not_credentials() -> None:
         "note": 12,
     }
     assert scrub({"pw": PASSWORD}) == {"pw": REDACTED}
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ('smtp.login("ada", "Summer2025x")', 'smtp.login("ada", args["password"])'),
+        ('a = HTTPBasicAuth(u, "s3cr3t!x")', 'a = HTTPBasicAuth(u, args["password"])'),
+        ('conn.bind_s("cn=admin", "Summer2025x")', 'conn.bind_s("cn=admin", args["password"])'),
+        ('u.set_password("x", "Summer2025x")', 'u.set_password("x", args["password"])'),
+    ],
+)
+def test_the_password_of_a_call_that_signs_in_is_lifted(code: str, expected: str) -> None:
+    lifted, parameters = stored(code)
+    assert lifted.splitlines()[0] == expected
+    assert parameters == ["password"]
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        'login("ada", "read")',
+        'auth("scope", "profile")',
+        "client.login(user, pw)",
+        'login("Summer2025x")',
+        'client.login("ada", "${PASSWORD}")',
+        'client.log("ada", "Summer2025x")',
+        'login("ada", "--help")',
+    ],
+)
+def test_other_calls_and_values_of_a_sign_in_stay_as_written(code: str) -> None:
+    lifted, parameters = stored(code)
+    assert lifted.splitlines()[0] == code
+    assert parameters == []

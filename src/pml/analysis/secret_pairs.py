@@ -8,10 +8,11 @@ call without keywords (``setattr``, ``setdefault``, ``putheader``, ``config.set`
 given by position says less than a keyword does, so the value must look like a credential
 too, not like a label: one token (no space) of six characters or more, no placeholder, flag,
 URN or identifier of letters, sharing no word with the name, with a digit, a sign or a
-random look. A dict's ``"pass"`` key names a password too. ``("password", "Password")``,
-``("token", "token_type")``, ``("password", "Enter it")`` and a list of names
-(``["AuthReply", "AuthMethod2"]``) bind nothing; nor does ``login("ada", "...")``: a
-password given by position to a call is not found (``test_code_to_store`` pins it).
+random look. A dict's ``"pass"`` key names a password too, and so does a call that signs
+in (``login``, ``authenticate``, ``BasicAuth``, ``set_password``...): its last positional
+string, after at least one other (``smtp.login("ada", "...")``, ``HTTPBasicAuth(u, "...")``).
+``("password", "Password")``, ``("token", "token_type")``, ``("password", "Enter it")``
+and a list of names (``["AuthReply", "AuthMethod2"]``) bind nothing.
 
 Example::
 
@@ -33,6 +34,11 @@ from pml.analysis.bindings import literal_str
 from pml.analysis.credentials import is_secret_keyword, keyword_words, looks_random
 
 _PASSWORD: Final = "password"
+# Calls whose last positional argument is a password (names lowercased, without ``_``).
+_SIGN_IN: Final = frozenset(
+    {"login", "authenticate", "auth", "basicauth", "httpbasicauth", "digestauth"}
+    | {"httpdigestauth", "setpassword", "changepassword", "signin", "logon", "binds"}
+)
 _MIN_VALUE: Final = 6
 _MAX_VALUE: Final = 4096
 # An identifier-like label (``password_confirm``, ``X-Auth-Token``, ``api.key``).
@@ -68,6 +74,8 @@ def pair_contexts(node: ast.AST) -> dict[int, str]:
         return _pass_keys(node)
     if isinstance(node, ast.Tuple | ast.List) and len(node.elts) == 2:
         pair = _pair(node.elts)
+    elif isinstance(node, ast.Call) and _signs_in(node):
+        return _sign_in_password(node)
     elif isinstance(node, ast.Call) and not node.keywords:
         pair = _pair(node.args)
     else:
@@ -92,3 +100,16 @@ def _pass_keys(node: ast.Dict) -> dict[int, str]:
         and (text := literal_str(value)) is not None
         and _credential_like(_PASSWORD, text)
     }
+
+
+def _signs_in(call: ast.Call) -> bool:
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    return name.lower().replace("_", "") in _SIGN_IN
+
+
+def _sign_in_password(call: ast.Call) -> dict[int, str]:
+    """The last positional string of a call that signs in, after at least one other."""
+    if len(call.args) < 2 or (value := literal_str(call.args[-1])) is None:
+        return {}
+    return {id(call.args[-1]): _PASSWORD} if _credential_like(_PASSWORD, value) else {}
