@@ -53,6 +53,8 @@ from pml.storage.database import Database
 
 TAG_PATTERN = re.compile(r"[A-Za-z0-9_:.-]{1,64}")
 MAX_TAGS = 32
+# The most tags a request may list, repeats included (a repeat is dropped, not refused).
+MAX_TAG_ITEMS = 4 * MAX_TAGS
 MAX_DESCRIPTION = 4000
 MAX_INTENT = 10_000
 MAX_TOOLS = 1000
@@ -204,8 +206,15 @@ def check_tags(tags: object) -> list[str]:
     """Tags as a de-duplicated list, or ``INVALID_INPUT`` naming the bad one."""
     if isinstance(tags, str) or not isinstance(tags, Sequence):
         raise InvalidInput("tags must be a list of strings", field="tags")
+    given = cast(Sequence[object], tags)
+    # Counted before any is checked: each costs a pattern and a secret check, and a 4 MiB
+    # request holds ~450 000 of them (one such list used to stall the event loop for minutes).
+    if len(given) > MAX_TAG_ITEMS:
+        raise InvalidInput(
+            f"At most {MAX_TAGS} tags per capability ({len(given)} given)", field="tags"
+        )
     items: list[str] = []
-    for tag in tags:  # pyright: ignore[reportUnknownVariableType]
+    for tag in given:
         if not isinstance(tag, str) or not TAG_PATTERN.fullmatch(tag):
             raise InvalidInput(
                 f"Invalid tag: {message_value(cast(object, tag))}. "

@@ -62,6 +62,7 @@ from pml.storage.database import Database
 from pml.storage.intent_repo import SqlIntentRepository, remember_now
 from pml.storage.types import utc_now
 from pml.storage.usage_repo import CAPABILITY_SERVER_ID, SqlToolUsageRepository, ToolUsageSummary
+from pml.storage.version_reads import version_at, version_heads
 
 logger = logging.getLogger(__name__)
 
@@ -113,9 +114,9 @@ class CapabilityRegistry:
             version = current_version(record)
         else:
             parsed = parse_version_spec(spec, name)
-            async with self._db.read() as conn:
-                versions = await SqlCapabilityRepository(conn).versions_of(record.fqdn)
-            version = select_version(versions, parsed, name)
+            async with self._db.read() as conn:  # by number, tag and date: not every code
+                head = select_version(await version_heads(conn, record.fqdn), parsed, name)
+                version = await version_at(conn, record.fqdn, head.version)
         if via_alias is not None:
             logger.warning(
                 'Deprecated: Using alias "%s" for capability "%s". Update your code.',
@@ -135,12 +136,14 @@ class CapabilityRegistry:
             return Whois(record, await repo.aliases_of(parsed), await repo.count_versions(parsed))
 
     async def history(
-        self, scope: Scope, ref: object
+        self, scope: Scope, ref: object, newest: int | None = None
     ) -> tuple[CapabilityRecord, list[VersionRecord], dict[str, str] | None]:
-        """A record, its versions newest first, and the alias warning if an old name was used."""
+        """A record, its (``newest``) versions newest first, and the alias warning if an old
+        name was used."""
         resolved = await self.resolve(scope, without_spec(ref, "cap_history"))
         async with self._db.read() as conn:
-            versions = await SqlCapabilityRepository(conn).versions_of(resolved.record.fqdn)
+            repo = SqlCapabilityRepository(conn)
+            versions = await repo.versions_of(resolved.record.fqdn, newest)
         return resolved.record, list(reversed(versions)), resolved.deprecated_alias
 
     async def usage_of(self, scope: Scope, fqdn: str) -> ToolUsageSummary | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal, TypeVar
 
+import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pml.errors import InvalidInput, NotFound
@@ -34,6 +35,9 @@ Filter = Annotated[str, Field(max_length=1_000, pattern=r"^[^\x00-\x1f\x7f]*$")]
 # the stored recent-runs columns: answers show what they mean (``reliability_fields``)
 RECENT_COLUMNS = frozenset({"recent_outcomes", "recent_runs", "recent_latency_ms"})
 SUMMARY_OMITS = frozenset({"code", *RECENT_COLUMNS})  # and the code
+# cap_history shows the newest versions only: each carries a diff of up to twice the code
+# (~250 KB), and versions accumulate without end (one answer of 1 000 was ~250 MB).
+MAX_HISTORY_VERSIONS = 20
 
 
 class _Params(BaseModel):
@@ -107,11 +111,13 @@ def summary(record: CapabilityRecord) -> dict[str, Any]:
     return fields | reliability_fields(record)
 
 
-def history_answer(fqdn: str, name: str, versions: Sequence[VersionRecord]) -> dict[str, Any]:
-    """``cap_history``'s JSON: ``versions`` (newest first), each with its diff to the one
-    before it."""
+def history_answer(
+    fqdn: str, name: str, versions: Sequence[VersionRecord], shown: int | None = None
+) -> dict[str, Any]:
+    """``cap_history``'s JSON: ``versions`` (newest first; the first ``shown``), each with
+    its diff to the one before it."""
     entries: list[dict[str, Any]] = []
-    for index, version in enumerate(versions):
+    for index, version in enumerate(versions[:shown]):
         previous = versions[index + 1] if index + 1 < len(versions) else None
         old = (previous.code or previous.code_url or "") if previous else ""
         new = version.code or version.code_url or ""
@@ -247,8 +253,16 @@ class CapTools:
         """Versions, newest first, each with a unified diff to its predecessor, and the
         intents remembered across them (newest first)."""
         params = parse_params(HistoryParams, arguments)
-        record, versions, alias = await self._registry.history(scope, params.name)
-        result = history_answer(record.fqdn, record.display_name, versions)
+        # one more than shown: the oldest shown is diffed against it
+        record, versions, alias = await self._registry.history(
+            scope, params.name, MAX_HISTORY_VERSIONS + 1
+        )
+        # the diffs in a worker thread: ~10 ms each for 90 KB code, too long for the loop
+        result = await anyio.to_thread.run_sync(
+            history_answer, record.fqdn, record.display_name, versions, MAX_HISTORY_VERSIONS
+        )
+        if len(versions) > MAX_HISTORY_VERSIONS:
+            result["truncated"] = True
         intents = await self._registry.intents_of(record.fqdn)
         result["intents"] = [intent.to_dict() for intent in intents]
         if alias is not None:

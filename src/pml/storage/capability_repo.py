@@ -267,8 +267,8 @@ class SqlCapabilityRepository:
             )
         )
 
-    async def versions_of(self, fqdn: str) -> list[VersionRecord]:
-        """Every version of a record, oldest first."""
+    async def versions_of(self, fqdn: str, newest: int | None = None) -> list[VersionRecord]:
+        """Every version of a record (or only the ``newest`` ones), oldest first."""
         tagged = sa.and_(
             version_tags.c.capability_fqdn == versions.c.capability_fqdn,
             version_tags.c.version == versions.c.version,
@@ -277,9 +277,10 @@ class SqlCapabilityRepository:
             sa.select(*VERSION_COLUMNS)
             .select_from(versions.outerjoin(version_tags, tagged))
             .where(versions.c.capability_fqdn == fqdn)
-            .order_by(versions.c.version)
+            .order_by(versions.c.version.desc())
+            .limit(newest)
         )
-        return [_version(row) for row in await self.conn.execute(query)]
+        return [_version(row) for row in await self.conn.execute(query)][::-1]
 
     async def count_versions(self, fqdn: str) -> int:
         """How many versions a record has."""

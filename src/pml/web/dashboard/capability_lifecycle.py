@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -30,7 +31,7 @@ from starlette.routing import Route
 from pml.errors import Forbidden, InvalidInput, NameTaken, NotFound, PmlError
 from pml.registry.lifecycle import CapabilityLifecycle
 from pml.registry.scope import Scope
-from pml.registry.tools import history_answer
+from pml.registry.tools import MAX_HISTORY_VERSIONS, history_answer
 from pml.storage.capability_repo import SqlCapabilityRepository, find_visible
 from pml.storage.database import Database
 from pml.web.api_lifecycle import archive_checked, tag_version
@@ -151,9 +152,10 @@ async def lifecycle_of(
 async def archived_history(db: Database, whois: Mapping[str, Any]) -> dict[str, Any]:
     """``cap_history``'s JSON for an archived record (names no longer resolve to it)."""
     fqdn, name = str(whois["fqdn"]), str(whois.get("display_name", ""))
-    async with db.read() as conn:
-        versions = await SqlCapabilityRepository(conn).versions_of(fqdn)
-    return history_answer(fqdn, name, list(reversed(versions)))
+    async with db.read() as conn:  # the newest, as cap_history shows them
+        versions = await SqlCapabilityRepository(conn).versions_of(fqdn, MAX_HISTORY_VERSIONS + 1)
+    newest = list(reversed(versions))
+    return await anyio.to_thread.run_sync(history_answer, fqdn, name, newest, MAX_HISTORY_VERSIONS)
 
 
 async def marks_of(

@@ -1,0 +1,51 @@
+"""``cap_history`` of a capability with many versions shows the newest ones only (red team:
+versions accumulate without end and each carries a diff of up to twice its code, so one
+answer of 1 000 versions of 90 KB code was ~250 MB built on the event loop)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pml.registry.scope import Scope
+from pml.registry.service import CapabilityDraft, CapabilityRegistry
+from pml.registry.tools import MAX_HISTORY_VERSIONS, CapTools
+from samples import make
+
+pytestmark = pytest.mark.anyio
+
+
+async def _versions(registry: CapabilityRegistry, scope: Scope, count: int) -> None:
+    await make(registry, scope, "return 1", name="hist")
+    for version in range(2, count + 1):
+        await registry.update_code(scope, "hist", CapabilityDraft(code=f"return {version}"))
+
+
+async def test_history_of_many_versions_shows_the_newest_with_their_diffs(
+    registry: CapabilityRegistry, tools: CapTools, scope: Scope
+) -> None:
+    total = MAX_HISTORY_VERSIONS + 5
+    await _versions(registry, scope, total)
+
+    history = await tools.call("cap_history", scope, {"name": "hist"})
+
+    shown = [entry["version"] for entry in history["versions"]]
+    assert shown == list(range(total, total - MAX_HISTORY_VERSIONS, -1))
+    assert history["truncated"] is True
+    oldest = history["versions"][-1]  # still diffed against the version before it
+    assert f"-return {oldest['version'] - 1}" in oldest["diff"]
+    assert f"+return {oldest['version']}" in oldest["diff"]
+    older = await tools.call("cap_lookup", scope, {"name": "hist@v1"})  # still reachable
+    assert older["version"] == 1
+
+
+async def test_history_within_the_bound_is_whole_and_not_marked(
+    registry: CapabilityRegistry, tools: CapTools, scope: Scope
+) -> None:
+    await _versions(registry, scope, MAX_HISTORY_VERSIONS)
+
+    history = await tools.call("cap_history", scope, {"name": "hist"})
+
+    assert [entry["version"] for entry in history["versions"]][-1] == 1
+    assert len(history["versions"]) == MAX_HISTORY_VERSIONS
+    assert history["versions"][-1]["diff"].startswith("--- hist@v0")
+    assert "truncated" not in history
