@@ -9,7 +9,6 @@ is decided by the test, not by timing. Nothing is mocked.
 from __future__ import annotations
 
 import functools
-import os
 import random
 import threading
 from collections.abc import Callable, Sequence
@@ -20,7 +19,7 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from discovery.test_discovery_service import REFERENCE
+from discovery.test_discovery_service import REFERENCE, _model
 from pml.discovery.embed_lane import (
     QUERY_MAX_CHARS,
     RETRY_MAX_S,
@@ -31,7 +30,6 @@ from pml.discovery.embed_lane import (
     query_text,
     tenant_of,
 )
-from pml.discovery.embedder import Embedder, HashingEmbedder, load_embedder
 from pml.discovery.service import DiscoveryService
 from pml.errors import Busy
 from pml.registry.models import RoutingRules
@@ -40,7 +38,6 @@ from pml.storage.database import Database
 
 pytestmark = pytest.mark.anyio
 
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 FLOOD: Tenant = ("flood-org", "web", "mallory")
 VICTIM: Tenant = ("quiet-org", "web", "bob")
 A: Tenant = ("a", "p", "u")
@@ -67,14 +64,6 @@ def english(chars: int, *, seed: int) -> str:
         out.append(sentence.capitalize())
         size += len(sentence) + 1
     return " ".join(out)[:chars]
-
-
-def _model() -> Embedder:
-    embedder = load_embedder("auto")
-    if isinstance(embedder, HashingEmbedder) and not IN_CI:
-        pytest.skip("the MiniLM model package is not installed (make install installs it)")
-    assert not isinstance(embedder, HashingEmbedder), "CI needs the MiniLM model"
-    return embedder
 
 
 class Gate:
