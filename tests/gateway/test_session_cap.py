@@ -14,6 +14,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from gateway.raw_mcp import INIT, delete, post
 from pml.gateway.http import _serving, _session_owner, base_url, listen_socket, running_http
 from pml.gateway.http_lane_app import mcp_app
 from pml.gateway.keys import ApiKeys
@@ -28,17 +29,6 @@ from pml.web.auth import ApiKeyMiddleware
 pytestmark = pytest.mark.anyio
 
 CAP = 3
-HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "session-cap-test", "version": "1"},
-    },
-}
 
 
 @contextlib.asynccontextmanager
@@ -69,19 +59,7 @@ async def new_key(gateway: Gateway, user: str, org: str = "acme") -> str:
 
 
 async def initialize(url: str, key: str, body: object = INIT) -> httpx.Response:
-    headers = {**HEADERS, "Authorization": f"Bearer {key}"}
-    async with httpx.AsyncClient(timeout=10.0) as http:
-        return await http.post(f"{url}/mcp", content=json.dumps(body), headers=headers)
-
-
-async def delete(url: str, key: str, session: str) -> httpx.Response:
-    headers = {
-        "Authorization": f"Bearer {key}",
-        "Mcp-Session-Id": session,
-        "Mcp-Protocol-Version": "2025-11-25",
-    }
-    async with httpx.AsyncClient(timeout=10.0) as http:
-        return await http.delete(f"{url}/mcp", headers=headers)
+    return await post(url, key, body)
 
 
 async def open_sessions(url: str, key: str, count: int) -> list[str]:

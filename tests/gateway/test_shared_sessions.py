@@ -3,7 +3,6 @@ gateway after a restart (real uvicorn on 127.0.0.1, in-process upstream servers)
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator
 from contextlib import AsyncExitStack
 from urllib.parse import urlsplit
@@ -15,6 +14,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from gateway.raw_mcp import delete, post
 from gateway.upstreams import Upstream, gateway_settings
 from pml.gateway.http import running_http
 from pml.gateway.keys import ApiKeys
@@ -24,7 +24,6 @@ from pml.upstream.pool import ClientPool
 
 pytestmark = pytest.mark.anyio
 
-HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 INIT = {
     "jsonrpc": "2.0",
     "id": 1,
@@ -56,24 +55,6 @@ async def two_gateways(
         yield urls[0], urls[1], keys
 
 
-async def _post(url: str, key: str, body: object, session: str | None = None) -> httpx.Response:
-    headers = {**HEADERS, "Authorization": f"Bearer {key}"}
-    if session is not None:
-        headers |= {"Mcp-Session-Id": session, "Mcp-Protocol-Version": "2025-11-25"}
-    async with httpx.AsyncClient(timeout=10.0) as http:
-        return await http.post(f"{url}/mcp", content=json.dumps(body), headers=headers)
-
-
-async def _delete(url: str, key: str, session: str) -> httpx.Response:
-    headers = {
-        "Authorization": f"Bearer {key}",
-        "Mcp-Session-Id": session,
-        "Mcp-Protocol-Version": "2025-11-25",
-    }
-    async with httpx.AsyncClient(timeout=10.0) as http:
-        return await http.delete(f"{url}/mcp", headers=headers)
-
-
 @pytest.mark.postgres
 async def test_a_session_opened_on_one_gateway_is_served_by_another_on_the_same_database(
     two_gateways: tuple[str, str, ApiKeys],
@@ -82,10 +63,10 @@ async def test_a_session_opened_on_one_gateway_is_served_by_another_on_the_same_
     alice = (await keys.create("acme", "webapp", user="alice"))[0]
     bob = (await keys.create("acme", "webapp", user="bob"))[0]
 
-    opened = await _post(first, alice, INIT)
+    opened = await post(first, alice, INIT)
     session = opened.headers["mcp-session-id"]
-    listed = await _post(second, alice, LIST, session)
-    as_bob = await _post(second, bob, LIST, session)
+    listed = await post(second, alice, LIST, session)
+    as_bob = await post(second, bob, LIST, session)
     stream_headers = {
         "Accept": "text/event-stream",
         "Authorization": f"Bearer {alice}",
@@ -97,10 +78,10 @@ async def test_a_session_opened_on_one_gateway_is_served_by_another_on_the_same_
             httpx.AsyncClient(timeout=15.0) as http,
             http.stream("GET", f"{first}/mcp", headers=stream_headers) as stream,
         ):
-            ended = await _delete(second, alice, session)
+            ended = await delete(second, alice, session)
             async for _ in stream.aiter_bytes():  # ends once the first gateway heard of it
                 pass
-    after = await _post(first, alice, LIST, session)
+    after = await post(first, alice, LIST, session)
 
     assert opened.status_code == 200
     assert stream.status_code == 200
