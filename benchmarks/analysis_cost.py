@@ -7,8 +7,9 @@ default) made of one construct repeated: long lists of numbers or strings, f-str
 tool calls, comments, long strings, prose. ``analyze_snippet`` runs on each (the parse, the
 ``mcp`` rules, literal lifting and every secret check, as ``pml_execute`` does before a run)
 and the best of ``--repeat`` times is printed, in milliseconds, with the snippet's size.
-A snippet over ``INLINE_ANALYSIS_BYTES`` is analysed on a worker thread (one at a time), so
-these figures are CPU spent, not time the event loop is held.
+A snippet over ``pml.sandbox.study.INLINE_BYTES`` is analysed by the gateway's checking
+process (one at a time, stopped past 10 s of CPU), so these figures are CPU spent there,
+not time the gateway is held.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable
 
 from pml.analysis.snippet import analyze_snippet
 from pml.errors import PmlError
-from pml.execution.answers import INLINE_ANALYSIS_BYTES
+from pml.sandbox.study import INLINE_BYTES
 
 SHAPES: dict[str, Callable[[int], str]] = {
     "numbers": lambda n: "x = [" + ",".join(str(i) for i in range(n // 6)) + "]",
@@ -63,7 +64,7 @@ def main() -> None:
         code = make(args.kb * 1000) + "\nreturn 1"
         ms, outcome = measure(code, args.repeat)
         shapes[name] = {"bytes": len(code.encode()), "ms": round(ms, 1), "outcome": outcome}
-    print(json.dumps({"inline_analysis_bytes": INLINE_ANALYSIS_BYTES, "shapes": shapes}))
+    print(json.dumps({"inline_analysis_bytes": INLINE_BYTES, "shapes": shapes}))
 
 
 if __name__ == "__main__":

@@ -22,8 +22,6 @@ from numpy.typing import NDArray
 from discovery.test_discovery_service import REFERENCE, _model
 from pml.discovery.embed_lane import (
     QUERY_MAX_CHARS,
-    RETRY_MAX_S,
-    RETRY_MIN_S,
     EmbedLane,
     Tenant,
     query_lane,
@@ -32,6 +30,7 @@ from pml.discovery.embed_lane import (
 )
 from pml.discovery.service import DiscoveryService
 from pml.errors import Busy
+from pml.fair_lane import RETRY_MAX_S, RETRY_MIN_S
 from pml.registry.models import RoutingRules
 from pml.registry.scope import Scope
 from pml.storage.database import Database

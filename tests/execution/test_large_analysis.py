@@ -1,8 +1,10 @@
-"""A large snippet is analysed off the event loop, one at a time: other tenants' requests
-keep being served meanwhile, and the answer is the same as analysing it in place."""
+"""A large snippet is analysed off the event loop, by the checking process, one at a time:
+other tenants' requests keep being served meanwhile, and the answer is the same as
+analysing it in place."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import anyio
@@ -10,8 +12,9 @@ import pytest
 
 from pml.analysis.snippet import SnippetAnalysis, analyze_snippet
 from pml.errors import CodeSyntaxError, CodeTooLarge
-from pml.execution import answers
-from pml.execution.answers import INLINE_ANALYSIS_BYTES, analysis_of
+from pml.execution.answers import analysis_of
+from pml.sandbox import study
+from pml.sandbox.program import build_program, cached_program
 
 pytestmark = pytest.mark.anyio
 
@@ -24,7 +27,7 @@ def heavy(seed: int) -> str:
 
 async def test_the_event_loop_keeps_turning_while_a_large_snippet_is_analysed() -> None:
     code = heavy(1)
-    assert len(code) > INLINE_ANALYSIS_BYTES
+    assert len(code) > study.INLINE_BYTES
     ticks = 0
 
     async def ticker(done: anyio.Event) -> None:
@@ -62,9 +65,11 @@ async def test_large_analyses_run_one_at_a_time_and_each_gets_its_own_answer() -
         for index in range(len(codes)):
             group.start_soon(analyse, index)
     assert results == {i: analyze_snippet(code).code_hash for i, code in enumerate(codes)}
-    assert len(answers._LARGE_ANALYSES) >= 1  # pyright: ignore[reportPrivateUsage]
-    limiter = next(iter(answers._LARGE_ANALYSES.values()))  # pyright: ignore[reportPrivateUsage]
-    assert limiter.total_tokens == 1
+    lane = study.study_lane()
+    assert (lane.slots, lane.running, lane.waiting, lane.tracked) == (1, 0, 0, 0)
+    assert study.PROCESS.pid not in (None, os.getpid())  # checked in the child process
+    for code in codes:  # each program was built with its analysis: the run will not wait
+        assert cached_program(code) == build_program(code)
 
 
 @pytest.mark.parametrize(

@@ -7,12 +7,7 @@ stored_request(params)                               # a request as a paused run
 
 from __future__ import annotations
 
-import asyncio
-import weakref
-from typing import Any, Final, Protocol
-
-import anyio
-import anyio.to_thread
+from typing import Any, Protocol
 
 from pml.analysis.snippet import SnippetAnalysis, analyze_snippet, check_code
 from pml.config import SandboxSettings
@@ -21,31 +16,25 @@ from pml.execution.analysis_cache import AnalysisCache
 from pml.execution.caller import Budget
 from pml.gateway.schemas import ExecuteParams
 from pml.registry.models import CapabilityRecord
-from pml.sandbox.base import RunOutcome
+from pml.sandbox import study
+from pml.sandbox.base import RunOutcome, TenantKey
 
 ANALYSES = AnalysisCache()
-# A snippet larger than this is analysed on a worker thread, one at a time in the process:
-# a 100 KB snippet takes 0.3-1 s to analyse, which on the event loop was every tenant's
-# wait. Smaller ones (most snippets: a few KB, a few ms) are analysed where they arrive.
-INLINE_ANALYSIS_BYTES: Final = 4096
-_LARGE_ANALYSES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = (
-    weakref.WeakKeyDictionary()
-)  # one per event loop (a gateway runs one; a test's loop gets its own)
 
 
-async def analysis_of(code: str, max_code_bytes: int) -> SnippetAnalysis:
-    """``cached_analysis`` without holding the event loop for a large snippet (see above)."""
+async def analysis_of(
+    code: str, max_code_bytes: int, tenant: TenantKey | None = None
+) -> SnippetAnalysis:
+    """``cached_analysis`` without holding the event loop for a large snippet: that one is
+    analysed in ``tenant``'s turn by the checking process (``pml.sandbox.study``)."""
     check_code(code, max_code_bytes)
     found = ANALYSES.get(code)
     if found is not None:
         return found
-    if len(code.encode("utf-8", "surrogatepass")) <= INLINE_ANALYSIS_BYTES:
+    if not study.is_large(code):
         return cached_analysis(code, max_code_bytes)
-    loop = asyncio.get_running_loop()
-    limiter = _LARGE_ANALYSES.get(loop) or _LARGE_ANALYSES.setdefault(
-        loop, anyio.CapacityLimiter(1)
-    )
-    return await anyio.to_thread.run_sync(cached_analysis, code, max_code_bytes, limiter=limiter)
+    size = len(code.encode("utf-8", "surrogatepass"))
+    return ANALYSES.put(code, await study.analysis(code, size, tenant))
 
 
 def cached_analysis(code: str, max_code_bytes: int) -> SnippetAnalysis:
@@ -65,10 +54,12 @@ def cached_analysis(code: str, max_code_bytes: int) -> SnippetAnalysis:
     return ANALYSES.put(code, analyze_snippet(code, max_code_bytes=size))
 
 
-async def stored_analysis(code: str, fqdn: str, max_code_bytes: int) -> SnippetAnalysis:
+async def stored_analysis(
+    code: str, fqdn: str, max_code_bytes: int, tenant: TenantKey | None = None
+) -> SnippetAnalysis:
     """The analysis of a capability's stored code (stored code may exceed today's limit)."""
     try:
-        return await analysis_of(code, max(max_code_bytes, len(code.encode())))
+        return await analysis_of(code, max(max_code_bytes, len(code.encode())), tenant)
     except PmlError as error:
         raise ExecutionFailed(f"Stored code of {fqdn} cannot run: {error.message}") from None
 

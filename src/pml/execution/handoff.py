@@ -289,7 +289,7 @@ class OfflineContexts:
             raise InvalidInput(f"Invalid offline run: {where}: {problem['msg']}") from None
         if params.code is None:
             raise InvalidInput("Invalid offline run: no code", field="code")
-        analysis = await analysis_of(params.code, self.max_code_bytes)
+        analysis = await analysis_of(params.code, self.max_code_bytes, scope.tenant)
         plan = await plan_references(
             analysis.calls,
             scope=scope,

@@ -211,7 +211,7 @@ class ExecuteService:
         started = time.perf_counter()
         limits = answers.limits_for(self._limits, params)
         try:
-            analysis = await answers.analysis_of(code, limits.max_code_bytes)
+            analysis = await answers.analysis_of(code, limits.max_code_bytes, scope.tenant)
             if params.update:
                 if params.name is None:
                     raise InvalidInput(
@@ -368,8 +368,8 @@ class ExecuteService:
     async def _stored_plan(
         self, scope: Scope, resolved: Resolved, client: ClientCaller | None
     ) -> Plan:
-        code, fqdn = resolved.version.code or "", resolved.record.fqdn
-        analysis = await answers.stored_analysis(code, fqdn, self._limits.max_code_bytes)
+        code, fqdn, limit = resolved.version.code or "", resolved.record.fqdn, self._limits
+        analysis = await answers.stored_analysis(code, fqdn, limit.max_code_bytes, scope.tenant)
         try:
             return await self._plan(scope, analysis, client=client)
         except UnknownTool as error:  # learned from a client's run: say where it can run
@@ -395,5 +395,5 @@ class ExecuteService:
         caller = RunCaller(
             plan, budget, pool=self._pool, nested=nested, chain=chain, policy=self._policy
         )
-        limits, tenant = budget.limits(), (scope.org, scope.project, scope.user)
+        limits, tenant = budget.limits(), scope.tenant
         return await self._engine.run(code, args=args, caller=caller, limits=limits, tenant=tenant)

@@ -251,7 +251,8 @@ class TraceIngest:
         for context in contexts:
             if context.mode != "capability" and context.name is None and not context.update:
                 try:
-                    analysis = await analysis_of(context.code, max(1, len(context.code.encode())))
+                    size = max(1, len(context.code.encode()))
+                    analysis = await analysis_of(context.code, size, batch.scope.tenant)
                 except PmlError:  # rejected when the trace is processed
                     continue
                 if analysis.code_hash not in batch.reused:
@@ -297,7 +298,8 @@ class TraceIngest:
         allowed = {target.address for target in context.targets.values()}
         called = tuple(dict.fromkeys(t["tool"] for t in tasks if t["tool"] in allowed))
         try:  # code accepted before an upgrade may be refused by today's analysis
-            analysis = await analysis_of(context.code, max(1, len(context.code.encode())))
+            size = max(1, len(context.code.encode()))
+            analysis = await analysis_of(context.code, size, scope.tenant)
         except PmlError as error:
             logger.warning("trace of %s not captured: %s", trace.workflowId, error.message)
             return answer(trace, "rejected", message=error.message)

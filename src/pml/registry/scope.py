@@ -46,6 +46,11 @@ class Scope:
         """``org.project``, as error messages name the scope."""
         return f"{self.org}.{self.project}"
 
+    @property
+    def tenant(self) -> tuple[str, str, str]:
+        """``(org, project, user)``: whom work is counted for where tenants take turns."""
+        return (self.org, self.project, self.user)
+
 
 Role = Literal["agent", "admin"]
 ROLES: tuple[Role, ...] = get_args(Role)

@@ -43,12 +43,13 @@ import pydantic_monty as monty
 from pml.config import SandboxSettings
 from pml.errors import ExecutionFailed, InternalError, InvalidInput, LimitExceeded
 from pml.freed_memory import release_freed_memory
+from pml.sandbox import study
 from pml.sandbox.base import RunOutcome, TenantKey, ToolCaller
 from pml.sandbox.bridge import RunBridge
 from pml.sandbox.failures import MAX_RECURSION_DEPTH, timeout_error, translate
 from pml.sandbox.guards import ERROR_TOO_LONG, MAX_RESULT_INPUT, RESULT_TOO_LARGE
 from pml.sandbox.jsonvalue import NotJsonError, json_size, json_value
-from pml.sandbox.program import BRIDGE, Program, prepare
+from pml.sandbox.program import BRIDGE, Program
 from pml.sandbox.truncate import TRUNCATION_MARK
 from pml.telemetry import observe
 
@@ -119,10 +120,10 @@ class MontyEngine:
         tenant: TenantKey | None = None,
     ) -> RunOutcome:
         """Run ``code`` with ``args`` (see ``SandboxEngine.run`` for the errors); the pool
-        does not schedule by ``tenant`` (``pml.sandbox.fair`` does)."""
-        del tenant
+        does not schedule by ``tenant`` (``pml.sandbox.fair`` does), a large snippet's
+        program is built in its turn (``pml.sandbox.study``)."""
         started = time.perf_counter()
-        program = prepare(code, max_code_bytes=limits.max_code_bytes)
+        program = await study.program(code, limits.max_code_bytes, tenant)
         inputs = {"args": _checked_args(args), MAX_RESULT_INPUT: limits.max_result_bytes}
         pool = await self._started()
         bridge = RunBridge(caller, limits, asyncio.get_running_loop())

@@ -32,7 +32,8 @@ Example::
 from __future__ import annotations
 
 import ast
-import functools
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from pml.analysis.code_hash import parse_snippet
@@ -126,16 +127,40 @@ def prepare(code: str, *, max_code_bytes: int) -> Program:
     """Check ``code`` and wrap it; ``CodeTooLarge``, ``CodeSyntaxError``, ``ExecutionFailed``.
 
     Programs are immutable: the same snippet run again (a capability called by name) reuses
-    its checked program (only successes are cached).
+    its checked program (only successes are kept, the ``PROGRAM_CACHE_SIZE`` most recent).
     """
-    return _prepare(code, max_code_bytes)
+    check_size(code, max_code_bytes)
+    return cached_program(code) or remember(code, build_program(code))
 
 
-@functools.lru_cache(maxsize=PROGRAM_CACHE_SIZE)
-def _prepare(code: str, max_code_bytes: int) -> Program:
+def check_size(code: str, max_code_bytes: int) -> None:
+    """``CodeTooLarge`` when ``code`` is longer than ``max_code_bytes`` in UTF-8."""
     size = len(code.encode("utf-8", "surrogatepass"))
     if size > max_code_bytes:
         raise CodeTooLarge(f"Code size exceeds maximum: {size} bytes (max: {max_code_bytes})")
+
+
+def cached_program(code: str) -> Program | None:
+    """``code``'s program if one was built recently (see ``prepare``)."""
+    with _programs_lock:
+        found = _programs.get(code)
+        if found is not None:
+            _programs.move_to_end(code)
+        return found
+
+
+def remember(code: str, program: Program) -> Program:
+    """Keep ``program`` as ``code``'s (built here or elsewhere: ``pml.execution.study``)."""
+    with _programs_lock:
+        _programs[code] = program
+        _programs.move_to_end(code)
+        while len(_programs) > PROGRAM_CACHE_SIZE:
+            _programs.popitem(last=False)
+    return program
+
+
+def build_program(code: str) -> Program:
+    """The checks and the wrapping, uncached and without the size check."""
     code = code.replace("\r\n", "\n").replace("\r", "\n")
     tree = parse_snippet(code)
     names, attributes = _scan(tree)
@@ -150,6 +175,10 @@ def _prepare(code: str, max_code_bytes: int) -> Program:
         user_lines=code.count("\n") + 1,
         guards=guards,
     )
+
+
+_programs: OrderedDict[str, Program] = OrderedDict()
+_programs_lock = threading.Lock()
 
 
 def _check_reserved(tree: ast.Module) -> None:

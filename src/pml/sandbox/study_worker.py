@@ -1,0 +1,129 @@
+"""The child process that checks large snippets: ``python -m pml.sandbox.study_worker``.
+
+It reads requests from stdin and writes answers to stdout, one frame each: a 4-byte
+big-endian length, then a pickle. A request is ``(code, max_code_bytes, cpu_limit_s)``;
+its answer is ``(analysis, program)``, each the value or the exception that building it
+raised (a ``PmlError`` for bad code; ``LIMIT_EXCEEDED`` past ``cpu_limit_s`` of CPU). It
+ends at the end of its input: when the gateway closes the pipe or exits, however it exits.
+It imports only the analysis and the program builder (~18 MB, 0.2 s), runs at a lower
+priority than the gateway (the gateway's answers win the CPU), and holds at most
+``MEMORY_LIMIT_BYTES`` of address space. Only the gateway writes to it
+(``pml.sandbox.study``): the pickles it reads are its parent's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import pickle
+import resource
+import signal
+import struct
+import sys
+from types import FrameType
+from typing import IO, Any, BinaryIO, Final
+
+from pml.analysis.snippet import analyze_snippet
+from pml.errors import LimitExceeded, PmlError
+from pml.sandbox.program import build_program
+
+HEADER: Final = struct.Struct(">I")
+MEMORY_LIMIT_BYTES: Final = 2 * 1024**3
+NICENESS: Final = 10
+# The CPU one request may take (the worst 100 KB snippet measured takes ~1.5 s).
+CPU_LIMIT_S: Final = 10
+
+
+class OutOfTime(BaseException):  # not caught by the checks' own `except Exception`
+    """Raised in the study when its CPU time is up (``SIGXCPU``)."""
+
+
+def study(code: str, max_code_bytes: int) -> tuple[Any, Any]:
+    """``(analysis, program)`` of ``code``: each the value, or the exception raised (the
+    ``OutOfTime`` of a CPU limit passes through)."""
+    analysis = _outcome(analyze_snippet, code, max_code_bytes=max_code_bytes)
+    return analysis, _outcome(build_program, code)
+
+
+def too_long(cpu_limit_s: int) -> LimitExceeded:
+    return LimitExceeded(
+        f"Checking this code took more than {cpu_limit_s} s of CPU: split it into smaller "
+        "snippets or capabilities",
+        limit="check_cpu_s",
+        max=cpu_limit_s,
+    )
+
+
+def _outcome(build: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return build(*args, **kwargs)
+    except PmlError as error:
+        return error
+    except MemoryError:
+        return LimitExceeded("Checking this code needs more memory than PML allows; split it")
+    except Exception as error:  # noqa: BLE001 - a checker bug: the gateway reports it
+        return RuntimeError(f"{type(error).__name__}: {error}"[:2000])
+
+
+def read_frame(stream: BinaryIO) -> bytes | None:
+    """The next frame's body, or None at the end of the input."""
+    header = stream.read(HEADER.size)
+    if len(header) < HEADER.size:
+        return None
+    (length,) = HEADER.unpack(header)
+    body = stream.read(length)
+    return body if len(body) == length else None
+
+
+def write_frame(stream: IO[bytes], body: bytes) -> None:
+    stream.write(HEADER.pack(len(body)) + body)
+    stream.flush()
+
+
+def serve(source: BinaryIO, sink: BinaryIO) -> None:
+    """Answer requests until the input ends."""
+    while (body := read_frame(source)) is not None:
+        code, max_code_bytes, cpu_limit_s = pickle.loads(body)
+        _limit_cpu(cpu_limit_s)
+        try:
+            answer = study(code, max_code_bytes)
+        except OutOfTime:
+            answer = (too_long(cpu_limit_s),) * 2
+        finally:
+            _limit_cpu(None)
+        try:
+            data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as error:  # noqa: BLE001 - e.g. an exception holding a frame
+            data = pickle.dumps((RuntimeError(f"unpicklable answer: {error}"),) * 2)
+        write_frame(sink, data)
+
+
+def _limit_cpu(seconds: int | None) -> None:
+    """``SIGXCPU`` (so ``OutOfTime``) once this process has used ``seconds`` more CPU; None:
+    no limit but the hard one (the process is waiting for its next request)."""
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    soft = hard
+    if seconds is not None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        soft = math.ceil(usage.ru_utime + usage.ru_stime) + seconds
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def _out_of_time(signum: int, frame: FrameType | None) -> None:
+    raise OutOfTime
+
+
+def main() -> None:
+    signal.signal(signal.SIGXCPU, _out_of_time)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal is the gateway's
+    os.nice(NICENESS)
+    with contextlib.suppress(ValueError, OSError):  # a lower hard limit already holds
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
+    serve(sys.stdin.buffer, sys.stdout.buffer)
+
+
+if __name__ == "__main__":
+    main()
