@@ -72,6 +72,7 @@ class RunReport:
         return CapabilityDraft(
             code=code_to_store(self.analysis, self.plan.capability_fqdns),
             code_hash=self.analysis.code_hash,
+            code_parsed=True,  # the analysis parsed the lifted code; naming by FQDN keeps it so
             intent=self.intent,
             tools_used=self.tools_used(),
             parameters_schema=self.analysis.parameters_schema,

@@ -313,13 +313,15 @@ def server_component(name: object) -> str:
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
-def check_code_hash(code: str, given: str | None) -> str:
-    """The identity hash: ``given`` (of the code as written, before a rewrite) or ``code``'s."""
+def check_code_hash(code: str, given: str | None, *, parsed: bool = False) -> str:
+    """The identity hash: ``given`` (of the code as written, before a rewrite) or ``code``'s.
+    The stored code must parse (``parsed``: the caller's analysis has parsed it)."""
     if given is None:
         return normalized_code_hash(code)
     if not isinstance(given, str) or not _SHA256_HEX.fullmatch(given):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise InvalidInput("code_hash must be 64 lowercase hex characters", field="code_hash")
-    parse_snippet(code)  # the stored code must parse too
+    if not parsed:
+        parse_snippet(code)
     return given
 
 

@@ -183,7 +183,7 @@ class CapabilityRegistry:
         New code is first offered to one guarded statement (``insert_if_free``); only when
         its first names are taken, the code was captured meanwhile or the project is at its
         quota does the careful path run, under the scope's lock, and say which."""
-        code_hash = naming.check_code_hash(draft.code, draft.code_hash)
+        code_hash = naming.check_code_hash(draft.code, draft.code_hash, parsed=draft.code_parsed)
         checked = naming.checked_draft(draft)
         latency_ms = naming.check_latency(latency_ms)
         name = validate_name(draft.name) if draft.name is not None else None
@@ -240,7 +240,7 @@ class CapabilityRegistry:
         self, scope: Scope, ref: object, draft: CapabilityDraft
     ) -> CapabilityRecord:
         """A new version of an existing capability (same FQDN, version + 1, history kept)."""
-        code_hash = naming.check_code_hash(draft.code, draft.code_hash)
+        code_hash = naming.check_code_hash(draft.code, draft.code_hash, parsed=draft.code_parsed)
         draft = naming.checked_draft(draft)
         tag = check_version_tag(draft.version_tag)
         now = self._clock()
