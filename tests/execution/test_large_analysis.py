@@ -10,6 +10,7 @@ import time
 import anyio
 import pytest
 
+from pml import cpu_process
 from pml.analysis.snippet import SnippetAnalysis, analyze_snippet
 from pml.errors import CodeSyntaxError, CodeTooLarge
 from pml.execution.answers import analysis_of
@@ -65,9 +66,9 @@ async def test_large_analyses_run_one_at_a_time_and_each_gets_its_own_answer() -
         for index in range(len(codes)):
             group.start_soon(analyse, index)
     assert results == {i: analyze_snippet(code).code_hash for i, code in enumerate(codes)}
-    lane = study.study_lane()
+    lane = cpu_process.cpu_lane()
     assert (lane.slots, lane.running, lane.waiting, lane.tracked) == (1, 0, 0, 0)
-    assert study.PROCESS.pid not in (None, os.getpid())  # checked in the child process
+    assert cpu_process.PROCESS.pid not in (None, os.getpid())  # checked in the child process
     for code in codes:  # each program was built with its analysis: the run will not wait
         assert cached_program(code) == build_program(code)
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from pml import cpu_process
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityDraft, CapabilityRegistry
 from pml.registry.tools import MAX_HISTORY_VERSIONS, CapTools
+from pml.registry.versions import unified_diff
 from samples import make
 
 pytestmark = pytest.mark.anyio
@@ -49,3 +51,24 @@ async def test_history_within_the_bound_is_whole_and_not_marked(
     assert len(history["versions"]) == MAX_HISTORY_VERSIONS
     assert history["versions"][-1]["diff"].startswith("--- hist@v0")
     assert "truncated" not in history
+
+
+async def test_history_of_large_versions_is_diffed_by_the_child_process_with_the_same_diffs(
+    registry: CapabilityRegistry, tools: CapTools, scope: Scope
+) -> None:
+    def code(version: int) -> str:  # ~22 KB, every other line changing between versions
+        return "\n".join(f"a{i} = {i if i % 2 else version}" for i in range(2_000)) + "\nreturn 1"
+
+    draft = CapabilityDraft(code=code(1), intent="a big one", name="big")
+    assert (await registry.capture(scope, draft, latency_ms=5.0)).created
+    for version in (2, 3, 4):
+        await registry.update_code(scope, "big", CapabilityDraft(code=code(version)))
+    answered = cpu_process.PROCESS.answered
+
+    history = await tools.call("cap_history", scope, {"name": "big"})
+
+    assert cpu_process.PROCESS.answered == answered + 1  # one round trip for all the diffs
+    diffs = [entry["diff"] for entry in history["versions"]]
+    expected = [unified_diff(code(v - 1), code(v), f"big@v{v - 1}", f"big@v{v}") for v in (4, 3, 2)]
+    assert diffs[:3] == expected
+    assert diffs[3] == unified_diff("", code(1), "big@v0", "big@v1")

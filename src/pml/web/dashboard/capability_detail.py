@@ -180,7 +180,7 @@ def routes(ui: Ui, tools: CapTools) -> list[Route]:
         scope = viewer.scope
         whois = await tools.whois(scope, {"fqdn": fqdn})  # NOT_FOUND: the page is a 404
         if whois.get("archived"):  # no name resolves to it: its versions are read by FQDN
-            history = await archived_history(db, whois)
+            history = await archived_history(db, scope, whois)
         else:
             history = await tools.history(scope, {"name": fqdn})
         days = await calls_per_day(

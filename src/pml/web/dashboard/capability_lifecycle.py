@@ -23,7 +23,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -149,13 +148,13 @@ async def lifecycle_of(
     )
 
 
-async def archived_history(db: Database, whois: Mapping[str, Any]) -> dict[str, Any]:
+async def archived_history(db: Database, scope: Scope, whois: Mapping[str, Any]) -> dict[str, Any]:
     """``cap_history``'s JSON for an archived record (names no longer resolve to it)."""
     fqdn, name = str(whois["fqdn"]), str(whois.get("display_name", ""))
     async with db.read() as conn:  # the newest, as cap_history shows them
         versions = await SqlCapabilityRepository(conn).versions_of(fqdn, MAX_HISTORY_VERSIONS + 1)
     newest = list(reversed(versions))
-    return await anyio.to_thread.run_sync(history_answer, fqdn, name, newest, MAX_HISTORY_VERSIONS)
+    return await history_answer(fqdn, name, newest, MAX_HISTORY_VERSIONS, scope.tenant)
 
 
 async def marks_of(

@@ -1,6 +1,6 @@
-"""Large snippets are checked by a child process (``pml.sandbox.study``): the same answers
-as checking them in place, bounded in CPU and time, and a child that dies or cannot start
-never takes a check's answer with it."""
+"""The gateway's heavy pure-Python work (checking large snippets, diffing versions) is done
+by a child process (``pml.cpu_process``): the same answers as in place, bounded in CPU and
+time, tenants in turn, and a child that dies or cannot start never takes an answer with it."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from typing import Any
 import anyio
 import pytest
 
+from pml import cpu_process
 from pml.analysis.snippet import analyze_snippet
 from pml.errors import Busy, CodeSyntaxError, ExecutionFailed, LimitExceeded, PmlError
+from pml.registry.versions import unified_diff
 from pml.sandbox import study
 from pml.sandbox.program import build_program, cached_program
 
@@ -52,7 +54,7 @@ def same(left: Any, right: Any) -> bool:
 
 @pytest.fixture
 def process() -> Any:
-    child = study.StudyProcess()
+    child = cpu_process.CpuProcess()
     yield child
     child.close()
 
@@ -72,7 +74,7 @@ HOSTILE = [
 
 @pytest.mark.parametrize("code", HOSTILE)
 def test_the_child_answers_what_checking_in_place_answers(process: Any, code: str) -> None:
-    analysis, program = process.study(code, 10**7)
+    analysis, program = process.call("study", (code, 10**7))
     expected_analysis, expected_program = in_place(code)
     assert same(analysis, expected_analysis)
     assert same(program, expected_program)
@@ -93,53 +95,67 @@ async def test_a_large_snippet_s_program_is_kept_with_its_analysis_and_errors_ma
 
 async def test_a_program_that_failed_is_not_built_twice() -> None:
     code = "import socket\n" + "x = 1\n" * 1000
-    before = study.PROCESS.answered
+    before = cpu_process.PROCESS.answered
     for _ in range(3):
         with pytest.raises(ExecutionFailed, match="module 'socket' is not available"):
             await study.program(code, 10**6, ("acme", "web", "ada"))
-    assert study.PROCESS.answered == before + 1
+    assert cpu_process.PROCESS.answered == before + 1
 
 
-def test_a_check_past_its_cpu_limit_is_refused_and_the_child_keeps_serving() -> None:
-    child = study.StudyProcess(cpu_limit_s=1)
+def test_a_job_past_its_cpu_limit_is_refused_and_the_child_keeps_serving() -> None:
+    child = cpu_process.CpuProcess(cpu_limit_s=1)
     try:
-        analysis, program = child.study(heavy(25_000), 10**7)
-        assert isinstance(analysis, LimitExceeded)
-        assert "more than 1 s of CPU" in analysis.message
-        assert analysis.data == {"limit": "check_cpu_s", "max": 1}
-        assert isinstance(program, LimitExceeded)
+        with pytest.raises(LimitExceeded, match="more than 1 s of CPU") as raised:
+            child.call("study", (heavy(25_000), 10**7))
+        assert raised.value.data == {"limit": "check_cpu_s", "max": 1}
         pid = child.pid
         code = large(3)
-        assert same(child.study(code, 10**7)[1], build_program(code))
+        assert same(child.call("study", (code, 10**7))[1], build_program(code))
         assert child.pid == pid  # the same child: the limit is a refusal, not a crash
     finally:
         child.close()
 
 
-def test_a_child_killed_mid_check_fails_that_check_only(process: Any) -> None:
-    process.study(large(4), 10**7)  # started
+async def test_a_snippet_past_the_cpu_limit_is_limit_exceeded_for_its_analysis_and_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cpu_process, "PROCESS", cpu_process.CpuProcess(cpu_limit_s=1))
+    code = heavy(25_000, seed=9)
+    try:
+        with pytest.raises(LimitExceeded, match="more than 1 s of CPU"):
+            await study.analysis(code, 10**7, ("acme", "web", "ada"))
+        answered = cpu_process.PROCESS.answered
+        with pytest.raises(LimitExceeded, match="more than 1 s of CPU"):
+            await study.program(code, 10**7, ("acme", "web", "ada"))
+        assert cpu_process.PROCESS.answered == answered  # remembered, not tried again
+    finally:
+        cpu_process.PROCESS.close()
+
+
+def test_a_child_killed_mid_job_fails_that_job_only(process: Any) -> None:
+    process.call("study", (large(4), 10**7))  # started
     pid = process.pid
     killer = threading.Timer(0.5, os.kill, (pid, signal.SIGKILL))
     killer.start()
     try:
-        with pytest.raises(ExecutionFailed, match=r"checker stopped .*exit status -9"):
-            process.study(heavy(25_000, seed=1), 10**7)
+        with pytest.raises(ExecutionFailed, match=r"process stopped .*exit status -9"):
+            process.call("study", (heavy(25_000, seed=1), 10**7))
     finally:
         killer.cancel()
     code = large(5)
-    assert same(process.study(code, 10**7)[1], build_program(code))  # a new child
+    assert same(process.call("study", (code, 10**7))[1], build_program(code))  # a new child
     assert process.pid not in (None, pid)
     assert process.starts == 2
 
 
-def test_a_check_past_the_wall_limit_stops_the_child() -> None:
-    child = study.StudyProcess(wall_limit_s=0.3)
+def test_a_job_past_the_wall_limit_stops_the_child() -> None:
+    child = cpu_process.CpuProcess(wall_limit_s=0.3)
     try:
-        child.study(large(6), 10**7)
+        child.call("study", (large(6), 10**7))
         pid = child.pid
         started = time.monotonic()
         with pytest.raises(ExecutionFailed, match=r"took longer than 0\.3 s"):
-            child.study(heavy(25_000, seed=2), 10**7)
+            child.call("study", (heavy(25_000, seed=2), 10**7))
         assert time.monotonic() - started < 5
         assert child.pid is None
         with pytest.raises(ProcessLookupError):
@@ -148,8 +164,16 @@ def test_a_check_past_the_wall_limit_stops_the_child() -> None:
         child.close()
 
 
+def test_an_unknown_job_is_an_error_and_the_child_keeps_serving(process: Any) -> None:
+    with pytest.raises(RuntimeError, match=r"unknown job 'os\.system'"):
+        process.call("os.system", ("true",))
+    pairs = [("a\nb\n", "a\nc\n", "x@v1", "x@v2"), ("same", "same", "x@v2", "x@v3")]
+    assert process.call("diffs", (pairs,)) == [unified_diff(*pair) for pair in pairs]
+    assert process.starts == 1
+
+
 def test_the_child_ends_when_its_input_closes(process: Any) -> None:
-    process.study(large(7), 10**7)
+    process.call("study", (large(7), 10**7))
     child = process._child  # pyright: ignore[reportPrivateUsage]
     child.stdin.close()
     assert child.wait(timeout=10) == 0
@@ -159,15 +183,15 @@ async def test_where_no_child_can_start_the_check_runs_here(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(sys, "executable", "/nonexistent/python3")
-    monkeypatch.setattr(study, "PROCESS", study.StudyProcess())
+    monkeypatch.setattr(cpu_process, "PROCESS", cpu_process.CpuProcess())
     code = large(8)
     assert await study.analysis(code, 10**6, None) == analyze_snippet(code, max_code_bytes=10**6)
     assert cached_program(code) == build_program(code)
-    assert "large snippets are checked in this process" in caplog.text
+    assert "heavy requests are worked in the gateway's own process" in caplog.text
 
 
 async def test_a_tenant_s_full_queue_is_busy_and_others_still_queue() -> None:
-    lane = study.StudyLane(queue_limit=1)
+    lane = cpu_process.CpuLane(queue_limit=1)
     flood, other = ("evil", "p", "u"), ("good", "p", "u")
     release = anyio.Event()
     entered: list[tuple[str, str, str]] = []
@@ -182,7 +206,7 @@ async def test_a_tenant_s_full_queue_is_busy_and_others_still_queue() -> None:
         group.start_soon(hold, flood)  # waits
         group.start_soon(hold, other)  # waits in its own queue
         await anyio.wait_all_tasks_blocked()
-        with pytest.raises(Busy, match="Too many large snippets at once") as busy:
+        with pytest.raises(Busy, match="Too many large requests at once") as busy:
             await hold(flood)
         assert busy.value.data["queuePerTenant"] == 1
         assert busy.value.data["retryAfterS"] > 0
