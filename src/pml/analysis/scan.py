@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from pml.analysis.bindings import binding_contexts, literal_str
+from pml.analysis.bindings import binding_contexts, literal_str, mark_credential_aliases
 from pml.analysis.code_hash import canonical_dump
 from pml.analysis.folding import split_secret
 from pml.analysis.literals import literal_value
@@ -342,4 +342,5 @@ class _Walker:
 
 def scan_snippet(tree: ast.Module, code: str) -> Scan:
     """Walk a parsed snippet; ``InvalidInput`` (with the line) for the first rule it breaks."""
+    mark_credential_aliases(tree)
     return _Walker(code).run(tree)

@@ -24,7 +24,7 @@ import ast
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from pml.analysis.bindings import binding_contexts
+from pml.analysis.bindings import binding_contexts, mark_credential_aliases
 from pml.analysis.code_hash import parse_snippet
 from pml.analysis.credentials import is_secret_keyword, keyword_words, looks_secret
 from pml.analysis.encoded_secrets import encoded_secret
@@ -152,6 +152,7 @@ def find_secret(code: str, *, read_comments: bool = True) -> Finding | None:
     ``read_comments=False`` skips the comments (for code whose comments were just redacted).
     """
     tree = parse_snippet(code)
+    mark_credential_aliases(tree)
     try:
         found = comments(code) if read_comments else []
     except UnreadableComments:  # unknown comments may hold anything

@@ -36,7 +36,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from pml.analysis.bindings import binding_contexts
+from pml.analysis.bindings import binding_contexts, mark_credential_aliases
 from pml.analysis.code_hash import canonical_dump, parse_snippet
 from pml.analysis.folding import folded_text, is_compound, split_secret
 from pml.analysis.fstring_secrets import fstring_rewrite
@@ -193,6 +193,7 @@ class _Sweeper:
 def sweep_secrets(code: str, names: SecretNames) -> Swept:
     """``code`` (as lifting left it) with the credentials it still holds moved or redacted."""
     tree = parse_snippet(code)
+    mark_credential_aliases(tree)
     sweeper = _Sweeper(code, names)
     try:
         sweeper.run(tree)
