@@ -29,6 +29,12 @@ Measured on 2 shared cores (victim idle p50 2.6 ms, p95 6.5 ms), before -> after
   whatever the total (1 000 versions were ~250 MB in one answer).
 - ``cap_lookup_version_specs``: a specifier read every version's code (~100 MB a lookup at
   1 000 versions of 100 KB) -> the chosen version's only (0.015 s a call at 40).
+- ``big_snippets_parallel`` (4 streams of new ~80 KB snippets, 8 each) and
+  ``versions_setup``, when large snippets were checked in the gateway's interpreter (the
+  analysis on a thread, the sandbox program on the event loop, ~1 s of CPU each): victim
+  p95 727 ms and 390-530 ms -> 18 ms and 17 ms with the checks in the gateway's child
+  process (``pml.cpu_process``); ``cap_history_many_versions`` with the diffs there too:
+  p95 169-178 ms -> 38 ms.
 - Every other attack here was already bounded (refused with INVALID_INPUT or answered in
   milliseconds; victim p95 under 35 ms, no victim errors, RSS within +5 MB).
 """

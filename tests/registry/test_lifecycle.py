@@ -24,6 +24,7 @@ from pml.registry.models import ListQuery
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityDraft, CapabilityRegistry, RenameChanges
 from pml.registry.tools import CapTools
+from pml.storage.capability_repo import SqlCapabilityRepository
 from pml.storage.database import Database
 from pml.storage.tables import (
     capability_records,
@@ -364,3 +365,31 @@ async def test_hostile_references_are_clear_errors(
         await life.archive(scope, ref)
     with pytest.raises((InvalidInput, NotFound)):
         await life.restore(scope, ref)
+
+
+async def test_tagging_reads_no_version_s_code(
+    registry: CapabilityRegistry,
+    life: CapabilityLifecycle,
+    scope: Scope,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Versions accumulate without end (a version of 100 KB code each): tagging one, and a
+    new version that carries a tag, choose by numbers and tags, never by reading them all."""
+    await _named(registry, scope, "big", "return 0")
+    for number in range(1, 6):
+        await registry.update_code(scope, "big", CapabilityDraft(code=f"return {number}"))
+
+    async def every_version(*_: object, **__: object) -> None:
+        raise AssertionError("every version's code was read")
+
+    monkeypatch.setattr(SqlCapabilityRepository, "versions_of", every_version)
+    tagged = await life.tag(scope, "big@v3", "v3.0.0")
+    assert (tagged.version, tagged.version_tag, tagged.code) == (3, "v3.0.0", "return 2")
+    updated = await registry.update_code(
+        scope, "big", CapabilityDraft(code="return 9", version_tag="v9.0.0")
+    )
+    assert (updated.version, updated.version_tag) == (7, "v9.0.0")
+    with pytest.raises(InvalidInput, match=r"v3\.0\.0 already exists"):
+        await registry.update_code(
+            scope, "big", CapabilityDraft(code="return 10", version_tag="v3.0.0")
+        )

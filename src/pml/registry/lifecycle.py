@@ -43,6 +43,7 @@ from pml.registry.service import CapabilityRegistry
 from pml.registry.versions import parse_version_spec, select_version, split_name_and_spec
 from pml.storage.capability_writes import count_capabilities
 from pml.storage.lifecycle_repo import SqlLifecycleRepository
+from pml.storage.version_reads import version_at, version_heads
 
 MAX_MESSAGE = 1_000
 
@@ -199,7 +200,7 @@ class CapabilityLifecycle:
         now = self._registry.now()
         async with self._registry.write(scope) as repo:
             record = await naming.owned(repo, scope, name)
-            versions = await repo.versions_of(record.fqdn)
+            versions = await version_heads(repo.conn, record.fqdn)  # no version's code
             parsed = parse_version_spec(spec, name)
             if parsed.kind == "major":  # here @vN designates version N itself
                 numbered = [item for item in versions if item.version == parsed.major]
@@ -227,9 +228,7 @@ class CapabilityLifecycle:
             )
             if version.version == record.version:
                 await repo.update_record(record.fqdn, version_tag=normalised)
-            tagged = next(
-                v for v in await repo.versions_of(record.fqdn) if v.version == version.version
-            )
+            tagged = await version_at(repo.conn, record.fqdn, version.version)
         await self._registry.announce(scope, record.fqdn, "tagged")
         details = {"capability": record.fqdn, "version": version.version, "tag": normalised}
         self._registry.audit("CAPABILITY_TAGGED", scope, details)

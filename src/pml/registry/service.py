@@ -254,8 +254,8 @@ class CapabilityRegistry:
                     f"This code is already capability '{other.display_name}' ({other.fqdn})",
                     field="code",
                 )
-            if tag is not None and any(
-                v.version_tag == tag for v in await repo.versions_of(record.fqdn)
+            if tag is not None and any(  # numbers and tags only: no version's code
+                v.version_tag == tag for v in await version_heads(repo.conn, record.fqdn)
             ):
                 raise InvalidInput(
                     f"Version tag {tag} already exists for {record.display_name}",
