@@ -13,8 +13,10 @@ to the listeners (``--debug-routing`` prints them). The writer scrubs each event
 file (``0o600``) and inserts the batch into ``audit_events`` in one transaction. Either
 sink is optional; a failed write is logged once and retried on the next flush.
 
-Bounded, never silent: when the queue (or a sink's backlog) is full, the oldest events are
-dropped, one warning is logged, and an ``AUDIT_DROPPED`` event per scope says how many.
+Bounded, never silent: when the queue is full, the oldest event of the org with the most
+waiting is dropped (``pml.policy.audit_queue``: one org's flood loses its own events first);
+when a sink's backlog is full, its oldest events are. One warning is logged, and an
+``AUDIT_DROPPED`` event per scope says how many.
 
 Coalescing: a ``POLICY_DENIED``, ``PERMISSION_DENIED`` or ``AUTH_FAILED`` (a failed API key,
 per source address) identical to one written less than
@@ -36,12 +38,14 @@ from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Final, cast
 
 import anyio
 
 from pml.policy.audit_file import AuditFile
+from pml.policy.audit_queue import FairQueue
 from pml.policy.scrub import scrub, scrub_text
 from pml.registry.scope import Scope
 from pml.storage.audit_repo import AuditEntry, AuditRepository
@@ -94,7 +98,7 @@ class AuditLog:
         self._clock = clock
         self._lock = threading.Lock()  # emit may be called from worker threads
         self._flushing = anyio.Lock()
-        self._pending: deque[AuditEntry] = deque()
+        self._pending = FairQueue[AuditEntry](self.max_pending, org_of=attrgetter("org"))
         self._windows: dict[_WindowKey, _Window] = {}
         # events lost per sink, by (org, project, reason), until an AUDIT_DROPPED says so
         self._lost: dict[str, Counter[tuple[str, str, str]]] = {
@@ -245,11 +249,11 @@ class AuditLog:
             self._enqueue(replace(window.last, details=details))
 
     def _enqueue(self, entry: AuditEntry) -> None:
-        """Queue an event; when full, drop the oldest and count it. Locked."""
-        if len(self._pending) >= self.max_pending:
-            oldest = self._pending.popleft()
-            self._drop([(oldest.org, oldest.project)], "queue_full", *self._lost)
-        self._pending.append(entry)
+        """Queue an event; when full, one of the org with most waiting is dropped and counted
+        (``pml.policy.audit_queue``). Locked."""
+        dropped = self._pending.push(entry)
+        if dropped is not None:
+            self._drop([(dropped.org, dropped.project)], "queue_full", *self._lost)
 
     def _drop(self, scopes: list[tuple[str, str]], reason: str, *sinks: str) -> None:
         """Count lost events for the ``AUDIT_DROPPED`` events of ``sinks``. Locked."""
@@ -289,8 +293,7 @@ class AuditLog:
                     if final or now - window.opened >= self.coalesce_window_s
                 ]:
                     self._close(key)
-                batch = list(self._pending)
-                self._pending.clear()
+                batch = self._pending.drain()
             batch = [_scrubbed(entry) for entry in batch]
             with self._lock:
                 if not self._recent_drops:  # an overflow episode ends with a quiet flush
