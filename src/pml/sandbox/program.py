@@ -150,7 +150,7 @@ def cached_program(code: str) -> Program | None:
 
 
 def remember(code: str, program: Program) -> Program:
-    """Keep ``program`` as ``code``'s (built here or elsewhere: ``pml.execution.study``)."""
+    """Keep ``program`` as ``code``'s (built here or by the checking process: ``pml.sandbox.study``)."""
     with _programs_lock:
         _programs[code] = program
         _programs.move_to_end(code)
