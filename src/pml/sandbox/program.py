@@ -150,7 +150,8 @@ def cached_program(code: str) -> Program | None:
 
 
 def remember(code: str, program: Program) -> Program:
-    """Keep ``program`` as ``code``'s (built here or by the checking process: ``pml.sandbox.study``)."""
+    """Keep ``program`` as ``code``'s (built here, or by the checking process of
+    ``pml.sandbox.study``)."""
     with _programs_lock:
         _programs[code] = program
         _programs.move_to_end(code)
