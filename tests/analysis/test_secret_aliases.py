@@ -9,8 +9,9 @@ import ast
 
 import pytest
 
-from pml.analysis.bindings import CREDENTIAL_ALIAS, mark_credential_aliases
+from pml.analysis.bindings import CREDENTIAL_ALIAS
 from pml.analysis.code_hash import normalized_code_hash
+from pml.analysis.credential_flow import mark_credential_aliases
 from pml.analysis.secret_check import find_secret
 from pml.analysis.snippet import analyze_snippet
 

@@ -8,11 +8,11 @@ written as an argument list (``["sshpass", "-p", "..."]``, ``["--api-key", "..."
 list read as a command line). Secret lifting and checking read a constant under a
 credential name (``password = "..."``) as a credential.
 
-A constant given to a plain name first and used as a credential later (``x = "..."`` then
-``password = x``, ``api_key=x``, ``f"Bearer {x}"`` under an ``Authorization`` key) is
-bound to that credential: ``mark_credential_aliases(tree)`` marks such names, through
-chains of names (``b = a``) too, and ``binding_contexts`` then names the constant by the
-credential it becomes.
+A constant given to a plain name first, or put in a container, and used as a credential
+later (``x = "..."`` then ``password = x``; ``vals = ["ada", "..."]`` then
+``user, password = vals``) is bound to that credential: ``credential_flow`` marks such
+names and constants, and ``binding_contexts`` then names the constant by the credential it
+becomes.
 
 Example::
 
@@ -25,14 +25,27 @@ Example::
 from __future__ import annotations
 
 import ast
+import re
 
-from pml.analysis.credentials import flag_spans, is_secret_keyword
-from pml.analysis.secret_text import holds_secret
+from pml.analysis.credentials import flag_spans, is_secret_keyword, keyword_words
 from pml.analysis.token_shapes import command_line_spans
 
 # What a name lifted from an argument list is called (``["sshpass", "-p", "..."]``).
 ARGV_SECRET = "password"
-# The attribute a name (``ast.Name``) carries when its value becomes a credential.
+# What hex key material passed by position is called (``sign("9f86…", payload)``).
+KEY_MATERIAL = "private_key"
+# Words of a callee that takes key material: ``sign``, ``hmac.new``, ``from_key``.
+_KEY_CALL_WORDS = frozenset(
+    {"sign", "signer", "signing", "hmac", "key", "keys", "keypair", "secret", "token"}
+    | {"password", "credential", "credentials", "login", "auth", "authenticate"}
+    | {"encrypt", "decrypt", "cipher", "wallet", "account", "privkey", "seed"}
+)
+_HEX_DECODERS = frozenset({"fromhex", "unhexlify", "a2b_hex", "b16decode", "encode", "bytes"})
+_HEX_KEY = re.compile(r"(?:0[xX])?[0-9a-fA-F]{32,512}")
+# Nodes whose children ``credential_flow`` may mark: containers, stores, ``append`` calls.
+_HOLDERS = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Assign, ast.AnnAssign, ast.Call)
+# The attribute a name (``ast.Name``, ``ast.arg``) or a constant in a container carries
+# when its value becomes a credential.
 CREDENTIAL_ALIAS = "pml_credential"
 
 
@@ -45,20 +58,26 @@ def literal_str(node: ast.expr) -> str | None:
 
 def binding_contexts(node: ast.AST) -> dict[int, str]:
     """The names ``node`` binds its value children to: keyword, dict key, assignment target
-    (a name, an attribute, a string subscript, a tuple of them), parameter default, and the
-    name a value is compared with (``password == "..."``)."""
+    (a name, an attribute, a string subscript, a tuple of them), parameter default, the
+    name a value is compared with (``password == "..."``), and the credential a constant
+    was marked as (``credential_flow``; a credential name keeps its own)."""
+    found = _named_contexts(node)
+    if isinstance(node, _HOLDERS):
+        children = node.values if isinstance(node, ast.Dict) else ast.iter_child_nodes(node)
+        for child in children:
+            alias = getattr(child, CREDENTIAL_ALIAS, None)
+            if isinstance(alias, str) and not is_secret_keyword(found.get(id(child), "")):
+                found[id(child)] = alias
+    return found
+
+
+def _named_contexts(node: ast.AST) -> dict[int, str]:
     if isinstance(node, ast.keyword) and node.arg is not None:
         return {id(node.value): node.arg}
     if isinstance(node, ast.Assign | ast.AnnAssign | ast.NamedExpr | ast.AugAssign):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         if len(targets) == 1 and node.value is not None:
             return _bound(targets[0], node.value)
-    if isinstance(node, ast.Dict):
-        return {
-            id(value): name
-            for key, value in zip(node.keys, node.values, strict=True)
-            if key is not None and (name := literal_str(key)) is not None
-        }
     if isinstance(node, ast.arguments):
         positional = [*node.posonlyargs, *node.args]
         with_defaults = positional[len(positional) - len(node.defaults) :]
@@ -67,12 +86,54 @@ def binding_contexts(node: ast.AST) -> dict[int, str]:
             *zip(node.kwonlyargs, node.kw_defaults, strict=True),
         ]
         return {id(default): _arg_name(arg) for arg, default in pairs if default is not None}
-    if isinstance(node, ast.List | ast.Tuple) and len(node.elts) >= 2:
-        return _argv_contexts(node.elts)
+    if isinstance(node, ast.List | ast.Tuple | ast.Set | ast.Dict):
+        return _element_contexts(node)
     if isinstance(node, ast.Compare) and len(node.comparators) == 1:
         left, right = node.left, node.comparators[0]
         return {id(right): name} if (name := _target_name(left)) else _bound(right, left)
+    if isinstance(node, ast.Call) and node.args:
+        return _key_material_contexts(node)
     return {}
+
+
+def _key_material_contexts(call: ast.Call) -> dict[int, str]:
+    """Hex key material passed by position to a signing, key or login call
+    (``Account.from_key("0x…")``, ``sign("9f86…", payload)``,
+    ``SigningKey(bytes.fromhex("…"))``): a hash alone is not a secret, a key is."""
+    if _KEY_CALL_WORDS.isdisjoint(keyword_words(_dotted(call.func))):
+        return {}
+    found: dict[int, str] = {}
+    for argument in call.args:
+        while isinstance(argument, ast.Call) and len(argument.args) == 1:
+            if _dotted(argument.func).rsplit(".", 1)[-1] not in _HEX_DECODERS:
+                break
+            argument = argument.args[0]
+        text = literal_str(argument)
+        if text is not None and _HEX_KEY.fullmatch(text) and not text.isdigit():
+            found[id(argument)] = KEY_MATERIAL
+    return found
+
+
+def _dotted(node: ast.expr) -> str:
+    """``a.b.c`` for a name or attribute chain, else the chain's end (``x().sign`` → sign)."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _element_contexts(node: ast.List | ast.Tuple | ast.Set | ast.Dict) -> dict[int, str]:
+    """A dict's values by their keys; an argument list's password."""
+    if isinstance(node, ast.Dict):
+        return {
+            id(value): name
+            for key, value in zip(node.keys, node.values, strict=True)
+            if key is not None and (name := literal_str(key)) is not None
+        }
+    return _argv_contexts(node.elts) if len(node.elts) >= 2 else {}
 
 
 def _arg_name(node: ast.arg) -> str:
@@ -120,101 +181,4 @@ def _argv_contexts(elements: list[ast.expr]) -> dict[int, str]:
         index = max(i for i, at in enumerate(starts) if at <= start)
         if texts[index] is not None:
             found[id(elements[index])] = ARGV_SECRET
-    return found
-
-
-def mark_credential_aliases(tree: ast.AST) -> None:
-    """Mark every name bound (``x = ...``, ``for x in``, ...) whose value reaches a
-    credential, with the credential's name (see module)."""
-    nodes = list(ast.walk(tree))
-    aliases: dict[str, str] = {}
-    copies: list[tuple[str, str]] = []  # (target, source) of each ``target = source``
-    for node in nodes:
-        contexts = binding_contexts(node)
-        if not contexts:
-            continue
-        children = {id(child): child for child in ast.iter_child_nodes(node)}
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple | ast.List):
-            children.update((id(element), element) for element in node.value.elts)
-        for child_id, name in contexts.items():
-            value = children.get(child_id)
-            if not isinstance(value, ast.expr):
-                continue
-            if isinstance(value, ast.Name) and not is_secret_keyword(name):
-                copies.append((name, value.id))
-            elif is_secret_keyword(name):
-                for piece in _pieces(value):
-                    aliases.setdefault(piece, name)
-    sources: dict[str, list[str]] = {}  # target -> the names copied into it
-    for target, source in copies:
-        sources.setdefault(target, []).append(source)
-    reached = list(aliases)
-    while reached:  # each name once: linear in the copies
-        target = reached.pop()
-        for source in sources.pop(target, ()):
-            if source not in aliases:
-                aliases[source] = aliases[target]
-                reached.append(source)
-    if not aliases:
-        return
-    values = _bound_values(nodes)
-    for node in nodes:
-        name = _bound_name(node)
-        if name is None or name not in aliases or is_secret_keyword(name):
-            continue  # a credential name already says what it holds
-        value = values.get(id(node))
-        if value is not None and _lifted_as_is(name, value):
-            continue  # its own name already lifts it: the parameter keeps that name
-        setattr(node, CREDENTIAL_ALIAS, aliases[name])
-
-
-def _bound_values(nodes: list[ast.AST]) -> dict[int, ast.expr]:
-    """The value each plain name or parameter is given, by the id of the name's node."""
-    values: dict[int, ast.expr] = {}
-    for node in nodes:
-        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            values.update((id(t), node.value) for t in targets if isinstance(t, ast.Name))
-        elif isinstance(node, ast.arguments):
-            positional = [*node.posonlyargs, *node.args]
-            with_defaults = positional[len(positional) - len(node.defaults) :]
-            values.update((id(a), d) for a, d in zip(with_defaults, node.defaults, strict=True))
-            values.update(
-                (id(a), d) for a, d in zip(node.kwonlyargs, node.kw_defaults, strict=True) if d
-            )
-    return values
-
-
-def _lifted_as_is(name: str, value: ast.expr) -> bool:
-    """Whether a string in ``value`` is a secret under ``name`` alone."""
-    return any(
-        isinstance(node, ast.Constant)
-        and isinstance(node.value, str)
-        and holds_secret(name, node.value)
-        for node in ast.walk(value)
-    )
-
-
-def _bound_name(node: ast.AST) -> str | None:
-    """The name ``node`` binds a value to: a stored name, or a parameter."""
-    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-        return node.id
-    return node.arg if isinstance(node, ast.arg) else None
-
-
-def _pieces(value: ast.expr) -> list[str]:
-    """The names whose text a credential's value is made of: the value itself, the parts
-    of an f-string or of a ``+``, the elements of a tuple or list."""
-    found: list[str] = []
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.Name):
-            found.append(node.id)
-        elif isinstance(node, ast.FormattedValue):
-            stack.append(node.value)
-        elif isinstance(node, ast.JoinedStr | ast.Tuple | ast.List):
-            stack.extend(node.values if isinstance(node, ast.JoinedStr) else node.elts)
-        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-            stack.extend((node.left, node.right))
     return found

@@ -29,6 +29,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import unicodedata
 from collections import Counter
 from typing import cast
 
@@ -73,6 +74,14 @@ _SECRET_WORDS = frozenset(
         "mnemonic",
     }
 )
+# The same words in other languages, as ``keyword_words`` spells them (accents dropped).
+_FOREIGN_SECRET_WORDS = (
+    "passwort kennwort geheimnis zugangsdaten motdepasse contrasena contrasenas secreto senha"
+    " segredo segreto wachtwoord geheim haslo losenord passord adgangskode salasana jelszo"
+    " heslo sifre пароль пароли токен секрет"
+)
+# Scripts written without spaces between words: a credential named anywhere in the word.
+_SECRET_INFIXES = "密码 密碼 口令 令牌 密钥 秘钥 パスワード 暗証番号 トークン 비밀번호 암호 토큰"
 # One word that ends with these names a credential too: ``PGPASSWORD``, ``clientsecret``.
 _SECRET_ENDINGS = ("password", "passwd", "passphrase", "secret")
 # ``<first>_key`` pairs that name a credential: ``api_key``, ``accessKey``, ``private-key``.
@@ -168,7 +177,8 @@ _VALUE_PATTERNS = re.compile(
 # ``password=...`` inside connection strings and query strings.
 _ASSIGNMENTS = re.compile(r"(?:^|[;&?\s])([A-Za-z][A-Za-z0-9_\-]*)=([^\s;&#]+)")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")  # zero-width: linear
-_NON_ALNUM = re.compile(r"[^a-z0-9]+")
+_LATIN_ACCENTS = re.compile("[\u0300-\u036f]")  # not a kana's voicing mark: ``パ`` stays
+_NON_ALNUM = re.compile(r"[\W_]+")  # any script's letters and digits stay in words
 # Also with a short lowercase prefix (``wf_<hex>``, ``req_<uuid>``): ids, not secrets.
 _HEX_OR_UUID = re.compile(
     r"(?:[a-z]{1,8}_){0,3}(?:[0-9a-fA-F]+|[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})"
@@ -191,7 +201,16 @@ _ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*(?:=.*)?")
 
 def keyword_words(keyword: str) -> list[str]:
     """Lowercase words of a snake, camel, kebab or dotted name: ``xApiKey`` -> x, api, key."""
-    return [word for word in _NON_ALNUM.split(_CAMEL.sub("_", keyword).lower()) if word]
+    split = _CAMEL.sub("_", keyword)
+    if split.isascii():
+        return [word for word in _NON_ALNUM.split(split.lower()) if word]
+    # ``contraseña`` → contrasena, ``Paßwort`` → passwort, ``пароль`` stays itself.
+    bare = _LATIN_ACCENTS.sub("", unicodedata.normalize("NFKD", split.casefold()))
+    return [word for word in _NON_ALNUM.split(unicodedata.normalize("NFC", bare)) if word]
+
+
+def _folded_words(text: str) -> frozenset[str]:
+    return frozenset(word for spelled in text.split() for word in keyword_words(spelled))
 
 
 def is_secret_keyword(keyword: str) -> bool:
@@ -203,6 +222,9 @@ def is_secret_keyword(keyword: str) -> bool:
         word = spelled.rstrip("0123456789") or spelled  # ``Password1``, ``password2``
         named = (
             word in _SECRET_WORDS
+            or word in _FOREIGN_WORDS
+            or (not word.isascii() and any(infix in word for infix in _FOREIGN_INFIXES))
+            or (word == "passe" and words[index - 2 : index] == ["mot", "de"])
             or (word == "key" and index > 0 and words[index - 1] in _KEY_QUALIFIERS)
             or (word == "pass" and index > 0)  # ``db_pass``, not a ``pass`` of a loop
             or (len(word) > 6 and word.endswith(_SECRET_ENDINGS))
@@ -210,6 +232,10 @@ def is_secret_keyword(keyword: str) -> bool:
         if named:
             return not any(later in _DESCRIPTOR_WORDS for later in words[index + 1 :])
     return False
+
+
+_FOREIGN_WORDS = _folded_words(_FOREIGN_SECRET_WORDS)
+_FOREIGN_INFIXES = tuple(_folded_words(_SECRET_INFIXES))
 
 
 def secret_base(context: str) -> str:

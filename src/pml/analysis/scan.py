@@ -22,8 +22,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from pml.analysis.bindings import binding_contexts, literal_str, mark_credential_aliases
+from pml.analysis.bindings import binding_contexts, literal_str
 from pml.analysis.code_hash import canonical_dump
+from pml.analysis.credential_flow import mark_credential_aliases
 from pml.analysis.folding import split_secret
 from pml.analysis.literals import literal_value
 from pml.analysis.secret_text import holds_secret

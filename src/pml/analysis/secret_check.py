@@ -24,8 +24,9 @@ import ast
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from pml.analysis.bindings import binding_contexts, mark_credential_aliases
+from pml.analysis.bindings import binding_contexts
 from pml.analysis.code_hash import parse_snippet
+from pml.analysis.credential_flow import mark_credential_aliases
 from pml.analysis.credentials import is_secret_keyword, keyword_words, looks_secret
 from pml.analysis.encoded_secrets import encoded_secret
 from pml.analysis.folding import folded_text, is_compound

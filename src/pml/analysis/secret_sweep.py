@@ -36,8 +36,9 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from pml.analysis.bindings import binding_contexts, mark_credential_aliases
+from pml.analysis.bindings import binding_contexts
 from pml.analysis.code_hash import canonical_dump, parse_snippet
+from pml.analysis.credential_flow import mark_credential_aliases
 from pml.analysis.folding import folded_text, is_compound, split_secret
 from pml.analysis.fstring_secrets import fstring_rewrite
 from pml.analysis.lifting import Edit, Parameter

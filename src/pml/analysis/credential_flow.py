@@ -1,0 +1,348 @@
+"""Following a credential back to the constant it was written as.
+
+A constant given to a plain name first and used as a credential later is lifted like one
+written in place. ``mark_credential_aliases(tree)`` finds them:
+
+- through names: ``x = "..."`` then ``password = x``, ``api_key=x``, ``f"Bearer {x}"``
+  under an ``Authorization`` key, chains of names (``b = a``) and parameter defaults;
+- through containers: ``vals = ["ada", "..."]`` then ``user, password = vals``;
+  ``creds = {"p": "..."}`` then ``password=creds["p"]`` (or ``creds.get("p")``);
+  ``keys[0]``, ``d["p"] = "..."``, ``keys.append("...")``, nested containers;
+- through loops: ``for pw in ["..."]: login(password=pw)``, comprehensions too.
+
+A name whose value becomes a credential gets the credential's name (``CREDENTIAL_ALIAS``
+on its ``ast.Name`` or ``ast.arg``); a constant inside a container gets it on its
+``ast.Constant``. ``binding_contexts`` then names the constant by that credential. Where the
+way in cannot be told (``vals[i]``, ``for pw in vals``), every element may be the credential.
+
+The search visits each (name, path into its value) once, within a budget proportional to
+the code, so hostile code cannot make it slow.
+
+Example::
+
+    >>> import ast
+    >>> tree = ast.parse('vals = ["ada", "s3cr3t"]\\nuser, password = vals')
+    >>> mark_credential_aliases(tree)
+    >>> [getattr(n, CREDENTIAL_ALIAS, None) for n in tree.body[0].value.elts]
+    [None, 'password']
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import deque
+from dataclasses import dataclass, field
+
+from pml.analysis.bindings import CREDENTIAL_ALIAS, binding_contexts
+from pml.analysis.credentials import is_secret_keyword
+from pml.analysis.secret_text import holds_secret
+
+# A key into a container: a dict key or list index, ``None`` for "any element".
+Key = str | int | None
+Path = tuple[Key, ...]
+_MAX_PATH = 6  # containers nested deeper are not followed
+_CONTAINERS = (ast.List, ast.Tuple, ast.Set, ast.Dict)
+
+
+@dataclass(frozen=True)
+class _Item:
+    """An element of what ``name`` holds: ``name[path[0]][path[1]]...``."""
+
+    name: str
+    path: Path
+
+
+@dataclass(frozen=True)
+class _Literal:
+    """An element of a container written in place (``for pw in ["..."]``)."""
+
+    node: ast.expr
+    path: Path
+
+
+_Origin = str | _Item | _Literal  # where a name's value comes from (a str: another name)
+
+
+@dataclass
+class _Flow:
+    origins: dict[str, list[_Origin]] = field(default_factory=dict[str, list[_Origin]])
+    # The values a name's elements are given: whole containers (key path ``()``) and
+    # single elements (``d["p"] = ...``: ``("p",)``; ``keys.append(...)``: ``(None,)``).
+    stores: dict[str, list[tuple[Path, ast.expr]]] = field(
+        default_factory=dict[str, list[tuple[Path, ast.expr]]]
+    )
+    seeds: list[tuple[ast.expr, str]] = field(default_factory=list[tuple[ast.expr, str]])
+
+    def origin(self, name: str, origin: _Origin) -> None:
+        self.origins.setdefault(name, []).append(origin)
+
+    def store(self, name: str, path: Path, value: ast.expr) -> None:
+        self.stores.setdefault(name, []).append((path, value))
+
+
+def mark_credential_aliases(tree: ast.AST) -> None:
+    """Mark every name bound (``x = ...``, ``for x in``, ...) and every constant in a
+    container whose value reaches a credential, with the credential's name (see module)."""
+    nodes = list(ast.walk(tree))
+    flow = _read_flow(nodes)
+    if not flow.seeds and not any(is_secret_keyword(name) for name in flow.origins):
+        return
+    aliases = _follow(flow, budget=8 * len(nodes) + 64)
+    if not aliases:
+        return
+    values = _bound_values(nodes)
+    for node in nodes:
+        name = _bound_name(node)
+        if name is None or name not in aliases or is_secret_keyword(name):
+            continue  # a credential name already says what it holds
+        value = values.get(id(node))
+        if value is not None and _lifted_as_is(name, value):
+            continue  # its own name already lifts it: the parameter keeps that name
+        setattr(node, CREDENTIAL_ALIAS, aliases[name])
+
+
+def _read_flow(nodes: list[ast.AST]) -> _Flow:
+    flow = _Flow()
+    for node in nodes:
+        contexts = binding_contexts(node)
+        if contexts:
+            children = {id(child): child for child in ast.iter_child_nodes(node)}
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple | ast.List):
+                children.update((id(element), element) for element in node.value.elts)
+            for child_id, name in contexts.items():
+                value = children.get(child_id)
+                if not isinstance(value, ast.expr):
+                    continue
+                if is_secret_keyword(name):
+                    flow.seeds.append((value, name))
+                elif (origin := _origin_of(value)) is not None:
+                    flow.origin(name, origin)
+        _read_statement(node, flow)
+    return flow
+
+
+def _read_statement(node: ast.AST, flow: _Flow) -> None:
+    """Unpacking, loops and stores into containers (what ``binding_contexts`` leaves)."""
+    if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            _read_target(target, node.value, (), flow)
+    elif isinstance(node, ast.For | ast.AsyncFor | ast.comprehension):
+        _read_target(node.target, node.iter, (None,), flow)
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.attr in ("append", "add", "insert")
+        and node.args
+    ):
+        flow.store(node.func.value.id, (None,), node.args[-1])
+
+
+def _read_target(target: ast.expr, value: ast.expr, path: Path, flow: _Flow) -> None:
+    """``target = value[path]``: a name, an element store, or an unpacking."""
+    if isinstance(target, ast.Name):
+        if isinstance(value, _CONTAINERS):
+            if path:
+                flow.origin(target.id, _Literal(value, path))
+            else:
+                flow.store(target.id, (), value)
+        elif path and (origin := _origin_of(value)) is not None:
+            flow.origin(target.id, _extend(origin, path))
+    elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and not path:
+        flow.store(target.value.id, (_key(target.slice),), value)
+    elif isinstance(target, ast.Tuple | ast.List) and len(path) < _MAX_PATH:
+        if not path and isinstance(value, ast.Tuple | ast.List):
+            return  # ``a, b = x, y``: ``binding_contexts`` pairs them
+        starred = any(isinstance(element, ast.Starred) for element in target.elts)
+        for index, element in enumerate(target.elts):
+            after_star = starred and any(isinstance(e, ast.Starred) for e in target.elts[:index])
+            key: Key = index - len(target.elts) if after_star else index
+            if isinstance(element, ast.Starred):
+                element, key = element.value, None
+            _read_target(element, value, (*path, key), flow)
+
+
+def _origin_of(value: ast.expr) -> _Origin | None:
+    """Where ``value`` comes from: a name, an element of one (``x[k]``, ``x.get(k)``).
+    Past ``_MAX_PATH`` keys, the element that deep is taken whole."""
+    path: list[Key] = []
+    while True:
+        if isinstance(value, ast.Name):
+            return _Item(value.id, tuple(reversed(path))[:_MAX_PATH]) if path else value.id
+        if isinstance(value, ast.Subscript) and not isinstance(value.slice, ast.Slice):
+            path.append(_key(value.slice))
+            value = value.value
+        elif (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Attribute)
+            and value.func.attr in ("get", "pop")
+            and value.args
+        ):
+            path.append(_key(value.args[0]))
+            value = value.func.value
+        else:
+            return None
+
+
+def _extend(origin: _Origin, path: Path) -> _Origin:
+    """``origin[path]``; past ``_MAX_PATH`` keys, the element that deep is taken whole."""
+    if isinstance(origin, str):
+        return _Item(origin, path[:_MAX_PATH])
+    if isinstance(origin, _Item):
+        return _Item(origin.name, (origin.path + path)[:_MAX_PATH])
+    return _Literal(origin.node, (origin.path + path)[:_MAX_PATH])
+
+
+def _key(node: ast.expr) -> Key:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str | int):
+        return node.value if not isinstance(node.value, bool) else None
+    if (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant)
+        and type(node.operand.value) is int
+    ):
+        return -node.operand.value
+    return None
+
+
+def _follow(flow: _Flow, budget: int) -> dict[str, str]:
+    """Walk back from every credential to the names and constants it comes from."""
+    aliases: dict[str, str] = {}
+    seen: set[tuple[str, Path]] = set()
+    queue: deque[tuple[_Origin, str]] = deque()
+    for value, name in flow.seeds:
+        for piece in _pieces(value):
+            queue.append((piece, name))
+    for name in flow.origins:
+        if is_secret_keyword(name):
+            queue.append((name, name))
+    while queue and budget > 0:
+        budget -= 1
+        origin, credential = queue.popleft()
+        if isinstance(origin, _Literal):
+            _resolve(origin.node, origin.path, credential, queue)
+            continue
+        name, path = (origin, ()) if isinstance(origin, str) else (origin.name, origin.path)
+        if (name, path) in seen:
+            continue
+        seen.add((name, path))
+        if not path:
+            aliases.setdefault(name, credential)
+        for source in flow.origins.get(name, ()):
+            queue.append((_extend(source, path) if path else source, credential))
+        for stored_path, value in flow.stores.get(name, ()):
+            rest = _after(stored_path, path)
+            if rest is not None:
+                _resolve(value, rest, credential, queue)
+    return aliases
+
+
+def _after(stored: Path, wanted: Path) -> Path | None:
+    """What is left of ``wanted`` inside a value stored at ``stored``, else ``None``."""
+    if len(stored) > len(wanted):
+        return None
+    for have, want in zip(stored, wanted, strict=False):
+        if have is not None and want is not None and have != want:
+            return None
+    return wanted[len(stored) :]
+
+
+def _resolve(
+    value: ast.expr, path: Path, credential: str, queue: deque[tuple[_Origin, str]]
+) -> None:
+    """The elements of ``value`` at ``path`` are the credential: mark its constants and
+    follow its names. A container reached whole is the credential whole."""
+    stack = [(value, path)]
+    while stack:
+        node, rest = stack.pop()
+        if isinstance(node, ast.Starred):
+            node = node.value
+        if isinstance(node, ast.Constant) and isinstance(node.value, str | bytes) and not rest:
+            setattr(node, CREDENTIAL_ALIAS, credential)
+        elif isinstance(node, ast.Dict) and rest:
+            for key_node, element in zip(node.keys, node.values, strict=True):
+                if key_node is None:  # ``**spread``: the key applies inside it
+                    stack.append((element, rest))
+                elif _matches(key_node, rest[0]):
+                    stack.append((element, rest[1:]))
+        elif isinstance(node, _CONTAINERS):
+            key, after = (rest[0], rest[1:]) if rest else (None, ())
+            stack.extend((element, after) for element in _chosen(node, key))
+        elif (origin := _origin_of(node)) is not None:
+            queue.append((_extend(origin, rest) if rest else origin, credential))
+        elif not rest:
+            queue.extend((piece, credential) for piece in _pieces(node))
+
+
+def _chosen(container: ast.expr, key: Key) -> list[ast.expr]:
+    """The elements of a container literal that ``container[key]`` may be (a dict taken
+    whole: all its values)."""
+    if isinstance(container, ast.Dict):
+        return container.values
+    elements: list[ast.expr] = getattr(container, "elts", [])
+    if isinstance(key, int) and not any(isinstance(e, ast.Starred) for e in elements):
+        return [elements[key]] if -len(elements) <= key < len(elements) else []
+    return elements
+
+
+def _matches(key_node: ast.expr, key: Key) -> bool:
+    if key is None:
+        return True  # any element
+    return not isinstance(key_node, ast.Constant) or key_node.value == key
+
+
+def _pieces(value: ast.expr) -> list[_Origin]:
+    """Where a credential's text comes from: the value itself, the parts of an f-string or
+    of a ``+``, the elements of a tuple or list, an element of a name."""
+    found: list[_Origin] = []
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.FormattedValue):
+            stack.append(node.value)
+        elif isinstance(node, ast.JoinedStr | ast.Tuple | ast.List):
+            stack.extend(node.values if isinstance(node, ast.JoinedStr) else node.elts)
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            stack.extend((node.left, node.right))
+        elif (origin := _origin_of(node)) is not None:
+            found.append(origin)
+    return found
+
+
+def _bound_values(nodes: list[ast.AST]) -> dict[int, ast.expr]:
+    """The value each plain name or parameter is given, by the id of the name's node."""
+    values: dict[int, ast.expr] = {}
+    for node in nodes:
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            values.update((id(t), node.value) for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.arguments):
+            positional = [*node.posonlyargs, *node.args]
+            with_defaults = positional[len(positional) - len(node.defaults) :]
+            values.update((id(a), d) for a, d in zip(with_defaults, node.defaults, strict=True))
+            values.update(
+                (id(a), d) for a, d in zip(node.kwonlyargs, node.kw_defaults, strict=True) if d
+            )
+    return values
+
+
+def _lifted_as_is(name: str, value: ast.expr) -> bool:
+    """Whether a string in ``value`` is a secret under ``name`` alone."""
+    return any(
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and holds_secret(name, node.value)
+        for node in ast.walk(value)
+    )
+
+
+def _bound_name(node: ast.AST) -> str | None:
+    """The name ``node`` binds a value to: a stored name, or a parameter."""
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+        return node.id
+    return node.arg if isinstance(node, ast.arg) else None
+
+
+__all__ = ["mark_credential_aliases"]
