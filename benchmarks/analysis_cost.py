@@ -35,6 +35,18 @@ SHAPES: dict[str, Callable[[int], str]] = {
     "comments": lambda n: "\n".join(
         f"# note {i}: the password is hunter{i}" for i in range(n // 36)
     ),
+    # every element may become the credential: each is lifted
+    "credential_loop": lambda n: (
+        "vals = ["
+        + ",".join(f'"s{i}abc"' for i in range(n // 10))
+        + "]\nfor v in vals:\n    login(password=v)"
+    ),
+    # a credential read through a chain of elements of elements
+    "element_chain": lambda n: (
+        "a0 = [[0]]\n"
+        + "\n".join(f"a{i + 1} = [a{i}[0]]" for i in range(n // 22))
+        + f"\nlogin(password=a{n // 22}[0][0])"
+    ),
     "long_string": lambda n: 'x = "' + "ab1 " * (n // 4 - 4) + '"',
     "prose": lambda n: 'x = """' + "the api key is in the vault, " * (n // 30) + '"""',
 }

@@ -42,11 +42,11 @@ _KEY_CALL_WORDS = frozenset(
 )
 _HEX_DECODERS = frozenset({"fromhex", "unhexlify", "a2b_hex", "b16decode", "encode", "bytes"})
 _HEX_KEY = re.compile(r"(?:0[xX])?[0-9a-fA-F]{32,512}")
-# Nodes whose children ``credential_flow`` may mark: containers, stores, ``append`` calls.
-_HOLDERS = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Assign, ast.AnnAssign, ast.Call)
 # The attribute a name (``ast.Name``, ``ast.arg``) or a constant in a container carries
 # when its value becomes a credential.
 CREDENTIAL_ALIAS = "pml_credential"
+# The attribute the parent of such a constant carries: its ids → the credential's name.
+MARKED_CHILDREN = "pml_marked_children"
 
 
 def literal_str(node: ast.expr) -> str | None:
@@ -62,12 +62,10 @@ def binding_contexts(node: ast.AST) -> dict[int, str]:
     name a value is compared with (``password == "..."``), and the credential a constant
     was marked as (``credential_flow``; a credential name keeps its own)."""
     found = _named_contexts(node)
-    if isinstance(node, _HOLDERS):
-        children = node.values if isinstance(node, ast.Dict) else ast.iter_child_nodes(node)
-        for child in children:
-            alias = getattr(child, CREDENTIAL_ALIAS, None)
-            if isinstance(alias, str) and not is_secret_keyword(found.get(id(child), "")):
-                found[id(child)] = alias
+    marked: dict[int, str] | None = getattr(node, MARKED_CHILDREN, None)
+    for child_id, alias in (marked or {}).items():
+        if not is_secret_keyword(found.get(child_id, "")):
+            found[child_id] = alias
     return found
 
 

@@ -33,7 +33,7 @@ import ast
 from collections import deque
 from dataclasses import dataclass, field
 
-from pml.analysis.bindings import CREDENTIAL_ALIAS, binding_contexts
+from pml.analysis.bindings import CREDENTIAL_ALIAS, MARKED_CHILDREN, binding_contexts
 from pml.analysis.credentials import is_secret_keyword
 from pml.analysis.secret_text import holds_secret
 
@@ -42,6 +42,7 @@ Key = str | int | None
 Path = tuple[Key, ...]
 _MAX_PATH = 6  # containers nested deeper are not followed
 _CONTAINERS = (ast.List, ast.Tuple, ast.Set, ast.Dict)
+_KEY_CHARS = 200  # of a string read as a name (a dict key or subscript may name one)
 
 
 @dataclass(frozen=True)
@@ -84,10 +85,13 @@ def mark_credential_aliases(tree: ast.AST) -> None:
     """Mark every name bound (``x = ...``, ``for x in``, ...) and every constant in a
     container whose value reaches a credential, with the credential's name (see module)."""
     nodes = list(ast.walk(tree))
+    if not _names_a_credential(nodes):
+        return  # nothing can become a credential: no flow to follow
     flow = _read_flow(nodes)
-    if not flow.seeds and not any(is_secret_keyword(name) for name in flow.origins):
-        return
-    aliases = _follow(flow, budget=8 * len(nodes) + 64)
+    marked: dict[int, str] = {}
+    aliases = _follow(flow, marked, budget=8 * len(nodes) + 64)
+    if marked:
+        _mark_parents(nodes, marked)
     if not aliases:
         return
     values = _bound_values(nodes)
@@ -99,6 +103,31 @@ def mark_credential_aliases(tree: ast.AST) -> None:
         if value is not None and _lifted_as_is(name, value):
             continue  # its own name already lifts it: the parameter keeps that name
         setattr(node, CREDENTIAL_ALIAS, aliases[name])
+
+
+def _names_a_credential(nodes: list[ast.AST]) -> bool:
+    """Whether any name, keyword, attribute or short string here names a credential: a
+    flow starts only at one."""
+    words: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Name):
+            words.add(node.id)
+        elif isinstance(node, ast.arg | ast.keyword):
+            words.add(node.arg or "")
+        elif isinstance(node, ast.Attribute):
+            words.add(node.attr)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            words.add(node.value[:_KEY_CHARS])
+    return any(is_secret_keyword(word) for word in words)
+
+
+def _mark_parents(nodes: list[ast.AST], marked: dict[int, str]) -> None:
+    """Tell each marked constant's parent, where ``binding_contexts`` reads it."""
+    for node in nodes:
+        children = {id(child) for child in ast.iter_child_nodes(node)}
+        mine = {child: marked[child] for child in children & marked.keys()}
+        if mine:
+            setattr(node, MARKED_CHILDREN, mine)
 
 
 def _read_flow(nodes: list[ast.AST]) -> _Flow:
@@ -207,8 +236,9 @@ def _key(node: ast.expr) -> Key:
     return None
 
 
-def _follow(flow: _Flow, budget: int) -> dict[str, str]:
-    """Walk back from every credential to the names and constants it comes from."""
+def _follow(flow: _Flow, marked: dict[int, str], budget: int) -> dict[str, str]:
+    """Walk back from every credential to the names and constants it comes from: the names
+    are returned, the constants' ids put in ``marked``."""
     aliases: dict[str, str] = {}
     seen: set[tuple[str, Path]] = set()
     queue: deque[tuple[_Origin, str]] = deque()
@@ -222,7 +252,7 @@ def _follow(flow: _Flow, budget: int) -> dict[str, str]:
         budget -= 1
         origin, credential = queue.popleft()
         if isinstance(origin, _Literal):
-            _resolve(origin.node, origin.path, credential, queue)
+            _resolve(origin.node, origin.path, credential, queue, marked)
             continue
         name, path = (origin, ()) if isinstance(origin, str) else (origin.name, origin.path)
         if (name, path) in seen:
@@ -235,7 +265,7 @@ def _follow(flow: _Flow, budget: int) -> dict[str, str]:
         for stored_path, value in flow.stores.get(name, ()):
             rest = _after(stored_path, path)
             if rest is not None:
-                _resolve(value, rest, credential, queue)
+                _resolve(value, rest, credential, queue, marked)
     return aliases
 
 
@@ -250,7 +280,11 @@ def _after(stored: Path, wanted: Path) -> Path | None:
 
 
 def _resolve(
-    value: ast.expr, path: Path, credential: str, queue: deque[tuple[_Origin, str]]
+    value: ast.expr,
+    path: Path,
+    credential: str,
+    queue: deque[tuple[_Origin, str]],
+    marked: dict[int, str],
 ) -> None:
     """The elements of ``value`` at ``path`` are the credential: mark its constants and
     follow its names. A container reached whole is the credential whole."""
@@ -261,6 +295,7 @@ def _resolve(
             node = node.value
         if isinstance(node, ast.Constant) and isinstance(node.value, str | bytes) and not rest:
             setattr(node, CREDENTIAL_ALIAS, credential)
+            marked.setdefault(id(node), credential)
         elif isinstance(node, ast.Dict) and rest:
             for key_node, element in zip(node.keys, node.values, strict=True):
                 if key_node is None:  # ``**spread``: the key applies inside it
