@@ -40,6 +40,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from pml.config import ServerSettings
 from pml.upstream.events import NO_CALLBACKS, ClientCallbacks
+from pml.upstream.http_bounds import BoundedTransport
 from pml.upstream.results_wire import readable
 from pml.upstream.stderr_lines import meaningful_line
 from pml.upstream.stdio_transport import MAX_LINE_BYTES, TransportStreams, stdio_transport
@@ -216,8 +217,9 @@ async def open_client(
 ) -> Client:
     """Connect to ``target`` with every resource entered on ``stack`` (raises on failure).
     ``callbacks`` answer the server's sampling, elicitation and roots requests and take its
-    log messages (each one given declares the matching client capability); a stdio line
-    over ``max_line_bytes`` is dropped (see ``line_bound``)."""
+    log messages (each one given declares the matching client capability); a stdio line,
+    an HTTP answer or one event of its streams over ``max_line_bytes`` is dropped (see
+    ``line_bound``; ``pml.upstream.http_bounds``)."""
 
     def client(transport: Any) -> Client:
         return Client(
@@ -261,10 +263,16 @@ async def open_client(
     else:
         http = await stack.enter_async_context(
             httpx2.AsyncClient(
-                headers=dict(target.headers), timeout=HTTP_TIMEOUT, event_hooks=_trace_hooks()
+                headers=dict(target.headers),
+                timeout=HTTP_TIMEOUT,
+                event_hooks=_trace_hooks(),
+                transport=BoundedTransport(max_line_bytes),
             )
         )
-        transport = _watched(streamable_http_client(target.url, http_client=http), on_closed)
+        streams = streamable_http_client(
+            target.url, http_client=http, max_sse_event_size=max_line_bytes
+        )
+        transport = _watched(streams, on_closed)
     return await stack.enter_async_context(client(transport))
 
 

@@ -1,6 +1,7 @@
 """A small stdio MCP server for the upstream pool's tests.
 
-    python toy_server.py [--legacy] [--fail-start] [--tag TAG] [--http PORT [--header K=V]]
+    python toy_server.py [--legacy] [--fail-start] [--tag TAG]
+                         [--http PORT [--header K=V] [--json]]  (--legacy too)
 
 Tools: ``echo(text)``, ``add(a, b)``, ``pid()``, ``env()``, ``crash()`` (the process exits at once),
 ``hang()`` (never answers) and ``grow()`` (adds a tool ``extra_<n>`` and announces that the
@@ -8,7 +9,10 @@ tool list changed, on either protocol generation). ``--legacy`` refuses ``server
 so that clients fall back to the 2025-11-25 handshake; ``--fail-start`` writes an error to
 stderr and exits before serving; ``--tag`` only marks the command line (tests look for
 leaked processes by it). ``--http`` serves streamable HTTP at ``http://127.0.0.1:PORT/mcp``
-instead of stdio, answering 401 to requests without the ``--header`` given.
+instead of stdio, answering 401 to requests without the ``--header`` given; ``--json``
+answers each request with one JSON body, and ``--legacy`` makes clients use the 2025-11-25
+handshake, whose answers are event streams. ``big(size)`` (not listed) answers ``size``
+bytes of text.
 """
 
 from __future__ import annotations
@@ -98,6 +102,8 @@ def build_server() -> Server[Any]:
             else:
                 await ctx.session.send_tool_list_changed()
             return text(name)
+        if params.name == "big":  # not listed: only the HTTP bound's tests call it
+            return text("x" * int(args.get("size", 0)))
         if params.name.startswith("extra_"):
             return text(params.name)
         return types.CallToolResult(
@@ -140,19 +146,41 @@ async def refuse_discover(
         tg.cancel_scope.cancel()
 
 
-async def serve_http(server: Server[Any], port: int, header: str) -> None:
+async def serve_http(
+    server: Server[Any], port: int, header: str, *, json_body: bool, legacy: bool
+) -> None:
     import uvicorn
     from starlette.requests import Request
-    from starlette.responses import PlainTextResponse, Response
-    from starlette.types import ASGIApp, Receive, Scope, Send
+    from starlette.responses import JSONResponse, PlainTextResponse, Response
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-    app = server.streamable_http_app()
+    app = server.streamable_http_app(json_response=json_body)
     name, _, value = header.partition("=")
 
     async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and name and Request(scope).headers.get(name) != value:
             response: Response = PlainTextResponse("missing header", status_code=401)
             await response(scope, receive, send)
+            return
+        if scope["type"] == "http" and legacy and scope["method"] == "POST":
+            body = await Request(scope, receive).body()
+            message = json.loads(body or b"{}")
+            if isinstance(message, dict) and message.get("method") == "server/discover":
+                error = {"code": types.METHOD_NOT_FOUND, "message": "Method not found"}
+                reply = {"jsonrpc": "2.0", "id": message.get("id"), "error": error}
+                await JSONResponse(reply)(scope, receive, send)
+                return
+
+            replayed = False
+
+            async def replay() -> Message:  # the body once, then what the client sends
+                nonlocal replayed
+                if replayed:
+                    return await receive()
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            await inner(scope, replay, send)
             return
         await inner(scope, receive, send)
 
@@ -168,13 +196,16 @@ async def main() -> None:
     parser.add_argument("--tag", default="")
     parser.add_argument("--http", type=int, default=0)
     parser.add_argument("--header", default="")
+    parser.add_argument("--json", action="store_true")
     options = parser.parse_args()
     if options.fail_start:
         print("toy server: cannot start, bad configuration", file=sys.stderr, flush=True)
         sys.exit(3)
     server = build_server()
     if options.http:
-        await serve_http(server, options.http, options.header)
+        await serve_http(
+            server, options.http, options.header, json_body=options.json, legacy=options.legacy
+        )
         return
     async with stdio_server() as (read, write):
         init = server.create_initialization_options(NotificationOptions(tools_changed=True))
