@@ -94,6 +94,10 @@ def test_a_constant_in_a_container_that_becomes_a_credential_is_lifted(
             "db.internal",
         ),
         (f'keys = ["first-label", "{SECRET}"]\nreturn call(token=keys[1])', "first-label"),
+        (f'x = "{SECRET}"\nreturn call(token=x.replace("-", "_"))', "-"),
+        (f'x = "{SECRET}"\nreturn call(token=x.encode("utf-8"))', "utf-8"),
+        (f'x = "{SECRET}"\nreturn call(token=":".join(["ada", x]))', "ada"),
+        (f'x = "{SECRET}"\nreturn call(token="Bearer {{}}".format(x))', "Bearer {}"),
     ],
 )
 def test_the_other_elements_keep_their_constants(code: str, kept: str) -> None:
@@ -235,3 +239,46 @@ def test_every_element_of_an_unknown_index_is_lifted() -> None:
     stored, parameters = lifted(code)
     assert SECRET not in stored
     assert len(parameters) == 50
+
+
+@pytest.mark.parametrize(
+    ("code", "parameter"),
+    [
+        (f'pw = str("{SECRET}")\nreturn login(password=pw)', "pw"),
+        (f'pw = "  {SECRET}  ".strip()\nreturn login(password=pw)', "pw"),
+        (f'pw = "".join(reversed("{SECRET[::-1]}"))\nreturn login(password=pw)', "pw"),
+        (f'pw = "{SECRET}" if flag else ""\nreturn login(password=pw)', "pw"),
+        (f'pw = args.get("pw") or "{SECRET}"\nreturn login(password=pw)', "pw_2"),
+        (f'def get_pw():\n    return "{SECRET}"\nreturn login(password=get_pw())', "password"),
+        (f'get = lambda: "{SECRET}"\nreturn login(password=get())', "password"),
+        (
+            f'def load():\n    return {{"u": "ada", "p": "{SECRET}"}}\n'
+            'c = load()\nreturn login(password=c["p"])',
+            "password",
+        ),
+        (
+            f'h = base64.b64encode(b"ada:{SECRET}").decode()\n'
+            'return {"Authorization": "Basic " + h}',
+            "authorization",
+        ),
+        (f'tok = "{SECRET}".encode().hex()\nreturn call(token=tok.upper())', "token"),
+    ],
+)
+def test_a_constant_behind_a_transform_a_condition_or_a_function_is_lifted(
+    code: str, parameter: str
+) -> None:
+    assert_lifted(code, parameter, secret=SECRET[:8] if "reversed" not in code else "Lm2p")
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        'pw = input("Enter the password: ").strip()\nreturn login(password=pw)',
+        'pw = getpass.getpass("Password: ")\nreturn login(password=pw)',
+        'token = vault.read("secret/data/ci/token").strip()\nreturn call(token=token)',
+        'token = os.environ.get("API_TOKEN", "").strip()\nreturn call(token=token)',
+        'def label():\n    return "primary"\nreturn call(token_name=label())',
+    ],
+)
+def test_prompts_paths_and_names_around_a_credential_keep_their_constants(code: str) -> None:
+    assert lifted(code) == (code, [])

@@ -34,39 +34,28 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from pml.analysis.bindings import CREDENTIAL_ALIAS, MARKED_CHILDREN, binding_contexts
+from pml.analysis.credential_sources import (
+    MAX_PATH,
+    Key,
+    Literal,
+    Origin,
+    Path,
+    extend,
+    key_of,
+    origin_of,
+    pieces,
+    returns_of,
+)
 from pml.analysis.credentials import is_secret_keyword
 from pml.analysis.secret_text import holds_secret
 
-# A key into a container: a dict key or list index, ``None`` for "any element".
-Key = str | int | None
-Path = tuple[Key, ...]
-_MAX_PATH = 6  # containers nested deeper are not followed
 _CONTAINERS = (ast.List, ast.Tuple, ast.Set, ast.Dict)
 _KEY_CHARS = 200  # of a string read as a name (a dict key or subscript may name one)
 
 
-@dataclass(frozen=True)
-class _Item:
-    """An element of what ``name`` holds: ``name[path[0]][path[1]]...``."""
-
-    name: str
-    path: Path
-
-
-@dataclass(frozen=True)
-class _Literal:
-    """An element of a container written in place (``for pw in ["..."]``)."""
-
-    node: ast.expr
-    path: Path
-
-
-_Origin = str | _Item | _Literal  # where a name's value comes from (a str: another name)
-
-
 @dataclass
 class _Flow:
-    origins: dict[str, list[_Origin]] = field(default_factory=dict[str, list[_Origin]])
+    origins: dict[str, list[Origin]] = field(default_factory=dict[str, list[Origin]])
     # The values a name's elements are given: whole containers (key path ``()``) and
     # single elements (``d["p"] = ...``: ``("p",)``; ``keys.append(...)``: ``(None,)``).
     stores: dict[str, list[tuple[Path, ast.expr]]] = field(
@@ -74,7 +63,7 @@ class _Flow:
     )
     seeds: list[tuple[ast.expr, str]] = field(default_factory=list[tuple[ast.expr, str]])
 
-    def origin(self, name: str, origin: _Origin) -> None:
+    def origin(self, name: str, origin: Origin) -> None:
         self.origins.setdefault(name, []).append(origin)
 
     def store(self, name: str, path: Path, value: ast.expr) -> None:
@@ -144,8 +133,10 @@ def _read_flow(nodes: list[ast.AST]) -> _Flow:
                     continue
                 if is_secret_keyword(name):
                     flow.seeds.append((value, name))
-                elif (origin := _origin_of(value)) is not None:
+                elif (origin := origin_of(value)) is not None:
                     flow.origin(name, origin)
+                elif not isinstance(value, ast.Constant):  # a constant: its name is marked
+                    flow.origin(name, Literal(value, ()))  # ``h = b64encode(...).decode()``
         _read_statement(node, flow)
     return flow
 
@@ -158,6 +149,10 @@ def _read_statement(node: ast.AST, flow: _Flow) -> None:
             _read_target(target, node.value, (), flow)
     elif isinstance(node, ast.For | ast.AsyncFor | ast.comprehension):
         _read_target(node.target, node.iter, (None,), flow)
+    elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Return) and inner.value is not None:
+                flow.origin(returns_of(node.name), Literal(inner.value, ()))
     elif (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
@@ -171,16 +166,18 @@ def _read_statement(node: ast.AST, flow: _Flow) -> None:
 def _read_target(target: ast.expr, value: ast.expr, path: Path, flow: _Flow) -> None:
     """``target = value[path]``: a name, an element store, or an unpacking."""
     if isinstance(target, ast.Name):
-        if isinstance(value, _CONTAINERS):
+        if isinstance(value, ast.Lambda) and not path:
+            flow.origin(returns_of(target.id), Literal(value.body, ()))
+        elif isinstance(value, _CONTAINERS):
             if path:
-                flow.origin(target.id, _Literal(value, path))
+                flow.origin(target.id, Literal(value, path))
             else:
                 flow.store(target.id, (), value)
-        elif path and (origin := _origin_of(value)) is not None:
-            flow.origin(target.id, _extend(origin, path))
+        elif path and (origin := origin_of(value)) is not None:
+            flow.origin(target.id, extend(origin, path))
     elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and not path:
-        flow.store(target.value.id, (_key(target.slice),), value)
-    elif isinstance(target, ast.Tuple | ast.List) and len(path) < _MAX_PATH:
+        flow.store(target.value.id, (key_of(target.slice),), value)
+    elif isinstance(target, ast.Tuple | ast.List) and len(path) < MAX_PATH:
         if not path and isinstance(value, ast.Tuple | ast.List):
             return  # ``a, b = x, y``: ``binding_contexts`` pairs them
         starred = any(isinstance(element, ast.Starred) for element in target.elts)
@@ -192,58 +189,14 @@ def _read_target(target: ast.expr, value: ast.expr, path: Path, flow: _Flow) -> 
             _read_target(element, value, (*path, key), flow)
 
 
-def _origin_of(value: ast.expr) -> _Origin | None:
-    """Where ``value`` comes from: a name, an element of one (``x[k]``, ``x.get(k)``).
-    Past ``_MAX_PATH`` keys, the element that deep is taken whole."""
-    path: list[Key] = []
-    while True:
-        if isinstance(value, ast.Name):
-            return _Item(value.id, tuple(reversed(path))[:_MAX_PATH]) if path else value.id
-        if isinstance(value, ast.Subscript) and not isinstance(value.slice, ast.Slice):
-            path.append(_key(value.slice))
-            value = value.value
-        elif (
-            isinstance(value, ast.Call)
-            and isinstance(value.func, ast.Attribute)
-            and value.func.attr in ("get", "pop")
-            and value.args
-        ):
-            path.append(_key(value.args[0]))
-            value = value.func.value
-        else:
-            return None
-
-
-def _extend(origin: _Origin, path: Path) -> _Origin:
-    """``origin[path]``; past ``_MAX_PATH`` keys, the element that deep is taken whole."""
-    if isinstance(origin, str):
-        return _Item(origin, path[:_MAX_PATH])
-    if isinstance(origin, _Item):
-        return _Item(origin.name, (origin.path + path)[:_MAX_PATH])
-    return _Literal(origin.node, (origin.path + path)[:_MAX_PATH])
-
-
-def _key(node: ast.expr) -> Key:
-    if isinstance(node, ast.Constant) and isinstance(node.value, str | int):
-        return node.value if not isinstance(node.value, bool) else None
-    if (
-        isinstance(node, ast.UnaryOp)
-        and isinstance(node.op, ast.USub)
-        and isinstance(node.operand, ast.Constant)
-        and type(node.operand.value) is int
-    ):
-        return -node.operand.value
-    return None
-
-
 def _follow(flow: _Flow, marked: dict[int, str], budget: int) -> dict[str, str]:
     """Walk back from every credential to the names and constants it comes from: the names
     are returned, the constants' ids put in ``marked``."""
     aliases: dict[str, str] = {}
     seen: set[tuple[str, Path]] = set()
-    queue: deque[tuple[_Origin, str]] = deque()
+    queue: deque[tuple[Origin, str]] = deque()
     for value, name in flow.seeds:
-        for piece in _pieces(value):
+        for piece in pieces(value):
             queue.append((piece, name))
     for name in flow.origins:
         if is_secret_keyword(name):
@@ -251,7 +204,7 @@ def _follow(flow: _Flow, marked: dict[int, str], budget: int) -> dict[str, str]:
     while queue and budget > 0:
         budget -= 1
         origin, credential = queue.popleft()
-        if isinstance(origin, _Literal):
+        if isinstance(origin, Literal):
             _resolve(origin.node, origin.path, credential, queue, marked)
             continue
         name, path = (origin, ()) if isinstance(origin, str) else (origin.name, origin.path)
@@ -261,7 +214,7 @@ def _follow(flow: _Flow, marked: dict[int, str], budget: int) -> dict[str, str]:
         if not path:
             aliases.setdefault(name, credential)
         for source in flow.origins.get(name, ()):
-            queue.append((_extend(source, path) if path else source, credential))
+            queue.append((extend(source, path) if path else source, credential))
         for stored_path, value in flow.stores.get(name, ()):
             rest = _after(stored_path, path)
             if rest is not None:
@@ -283,7 +236,7 @@ def _resolve(
     value: ast.expr,
     path: Path,
     credential: str,
-    queue: deque[tuple[_Origin, str]],
+    queue: deque[tuple[Origin, str]],
     marked: dict[int, str],
 ) -> None:
     """The elements of ``value`` at ``path`` are the credential: mark its constants and
@@ -305,10 +258,10 @@ def _resolve(
         elif isinstance(node, _CONTAINERS):
             key, after = (rest[0], rest[1:]) if rest else (None, ())
             stack.extend((element, after) for element in _chosen(node, key))
-        elif (origin := _origin_of(node)) is not None:
-            queue.append((_extend(origin, rest) if rest else origin, credential))
+        elif (origin := origin_of(node)) is not None:
+            queue.append((extend(origin, rest) if rest else origin, credential))
         elif not rest:
-            queue.extend((piece, credential) for piece in _pieces(node))
+            queue.extend((piece, credential) for piece in pieces(node))
 
 
 def _chosen(container: ast.expr, key: Key) -> list[ast.expr]:
@@ -326,24 +279,6 @@ def _matches(key_node: ast.expr, key: Key) -> bool:
     if key is None:
         return True  # any element
     return not isinstance(key_node, ast.Constant) or key_node.value == key
-
-
-def _pieces(value: ast.expr) -> list[_Origin]:
-    """Where a credential's text comes from: the value itself, the parts of an f-string or
-    of a ``+``, the elements of a tuple or list, an element of a name."""
-    found: list[_Origin] = []
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.FormattedValue):
-            stack.append(node.value)
-        elif isinstance(node, ast.JoinedStr | ast.Tuple | ast.List):
-            stack.extend(node.values if isinstance(node, ast.JoinedStr) else node.elts)
-        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-            stack.extend((node.left, node.right))
-        elif (origin := _origin_of(node)) is not None:
-            found.append(origin)
-    return found
 
 
 def _bound_values(nodes: list[ast.AST]) -> dict[int, ast.expr]:
