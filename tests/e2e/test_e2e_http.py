@@ -33,6 +33,7 @@ from e2e.support import (
     sqlite_url,
     write_config,
 )
+from gateway.raw_mcp import INIT as INITIALIZE
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityDraft, CapabilityRegistry
 from pml.storage.database import Database
@@ -41,16 +42,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
 ACME = Scope("acme", "web", "alice")
 ACME_CAPABILITY = "acme-weekly-report"
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "pml-e2e", "version": "0"},
-    },
-}
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 

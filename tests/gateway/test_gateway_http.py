@@ -18,6 +18,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ToolsListChanged
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from gateway.raw_mcp import INIT
 from gateway.upstreams import Upstream
 from pml import __version__
 from pml.gateway import http as http_module
@@ -32,16 +33,6 @@ pytestmark = pytest.mark.anyio
 
 TIMEOUT = httpx.Timeout(10.0)
 MODES = ["legacy", "2026-07-28"]
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "test", "version": "1"},
-    },
-}
 MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
 
 
