@@ -251,6 +251,31 @@ def test_cap_history_prints_versions_and_diffs(cli: Cli) -> None:
     assert "+return 2" in text.stdout.splitlines()
 
 
+def test_cap_history_pages_with_before_and_says_how(cli: Cli) -> None:
+    seed(cli.url, CapabilityDraft(code="return 0", name="calc"))
+
+    async def update() -> None:
+        db = await Database.open(cli.url)
+        try:
+            registry = CapabilityRegistry(db)
+            for version in range(1, 22):
+                await registry.update_code(SCOPE, "calc", CapabilityDraft(f"return {version}"))
+        finally:
+            await db.close()
+
+    asyncio.run(update())
+
+    text = cli.run("cap", "history", "calc")
+    assert text.exit_code == 0
+    assert text.stdout.splitlines()[-1] == "Older versions: pml cap history calc --before 3"
+    older = cli.json("cap", "history", "calc", "--before", "3")
+    assert [entry["version"] for entry in older["versions"]] == [2, 1]
+    assert "next_before" not in older
+    refused = cli.run("cap", "history", "calc", "--before", "0")
+    assert refused.exit_code != 0
+    assert "before" in refused.output
+
+
 def test_status_json_shows_the_head_revision_and_capability_counts(cli: Cli) -> None:
     seed(cli.url, CapabilityDraft(code="return 1", name="named"), CapabilityDraft("return 2"))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pml import cpu_process
+from pml.errors import PmlError
 from pml.registry.scope import Scope
 from pml.registry.service import CapabilityDraft, CapabilityRegistry
 from pml.registry.tools import MAX_HISTORY_VERSIONS, CapTools
@@ -38,6 +39,52 @@ async def test_history_of_many_versions_shows_the_newest_with_their_diffs(
     assert f"+return {oldest['version']}" in oldest["diff"]
     older = await tools.call("cap_lookup", scope, {"name": "hist@v1"})  # still reachable
     assert older["version"] == 1
+    assert history["next_before"] == oldest["version"]
+
+
+async def test_history_pages_to_the_oldest_version_with_next_before(
+    registry: CapabilityRegistry, tools: CapTools, scope: Scope
+) -> None:
+    total = 2 * MAX_HISTORY_VERSIONS + 3
+    await _versions(registry, scope, total)
+
+    seen: list[int] = []
+    arguments: dict[str, object] = {"name": "hist"}
+    for _ in range(5):  # bounded: three pages are expected
+        page = await tools.call("cap_history", scope, arguments)
+        seen += [entry["version"] for entry in page["versions"]]
+        if "next_before" not in page:
+            assert "truncated" not in page
+            break
+        assert page["truncated"] is True
+        arguments = {"name": "hist", "before": page["next_before"]}
+    assert seen == list(range(total, 0, -1))  # each version once, newest first
+    last = await tools.call("cap_history", scope, {"name": "hist", "before": 2})
+    assert [entry["version"] for entry in last["versions"]] == [1]
+    assert last["versions"][0]["diff"].startswith("--- hist@v0")
+
+
+@pytest.mark.parametrize("before", [0, 1, -5, "3", 3.0, True, None, 2**31, 10**30, [3], {"v": 3}])
+async def test_a_bad_before_is_refused_and_changes_nothing(
+    registry: CapabilityRegistry, tools: CapTools, scope: Scope, before: object
+) -> None:
+    await _versions(registry, scope, 3)
+    if before is None:  # the same as leaving it out
+        page = await tools.call("cap_history", scope, {"name": "hist", "before": before})
+        assert [entry["version"] for entry in page["versions"]] == [3, 2, 1]
+        return
+    with pytest.raises(PmlError) as refused:
+        await tools.call("cap_history", scope, {"name": "hist", "before": before})
+    assert refused.value.code == "INVALID_INPUT"
+    assert "before" in str(refused.value)
+
+
+async def test_before_past_the_newest_shows_the_newest(
+    registry: CapabilityRegistry, tools: CapTools, scope: Scope
+) -> None:
+    await _versions(registry, scope, 3)
+    page = await tools.call("cap_history", scope, {"name": "hist", "before": 2**31 - 1})
+    assert [entry["version"] for entry in page["versions"]] == [3, 2, 1]
 
 
 async def test_history_within_the_bound_is_whole_and_not_marked(

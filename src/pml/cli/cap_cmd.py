@@ -222,11 +222,17 @@ def register(app: typer.Typer) -> None:
     def history(
         ctx: typer.Context,
         name: Annotated[str, typer.Argument(help="Name, alias, FQDN or tool name.")],
+        before: Annotated[
+            int | None, typer.Option(help="Only versions older than this one.")
+        ] = None,
         config: ConfigOption = None,
         as_json: JsonOption = False,
     ) -> None:
-        """Show a capability's versions, newest first, with diffs."""
-        result = _call(ctx, config, "cap_history", {"name": name}, as_json)
+        """Show a capability's versions, newest first, with diffs (20 at a time)."""
+        arguments: dict[str, object] = {"name": name}
+        if before is not None:
+            arguments["before"] = before
+        result = _call(ctx, config, "cap_history", arguments, as_json)
         if as_json:
             print_json(result)
             return
@@ -238,6 +244,8 @@ def register(app: typer.Typer) -> None:
             )
             if entry["diff"]:
                 typer.echo(entry["diff"])
+        if "next_before" in result:
+            typer.echo(f"Older versions: pml cap history {name} --before {result['next_before']}")
 
     @group.command("curate")
     def curate(

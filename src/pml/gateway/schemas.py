@@ -164,6 +164,7 @@ _UNADVERTISED: Final[frozenset[tuple[str, type, object]]] = frozenset(
         ("pattern", str, r"^[^\x00-\x1f\x7f]*$"),
         ("additionalProperties", bool, False),
         ("additionalProperties", bool, True),
+        ("maximum", int, 2**31 - 1),  # a database integer's bound: no agent reaches it
         # an option that is off or zero unless given says nothing by its default
         ("default", bool, False),
         ("default", int, 0),
@@ -287,7 +288,8 @@ STATIC_TOOLS: dict[str, mcp_types.Tool] = {
         ),
         _tool(
             "cap_history",
-            "A capability's versions, newest first, each with a diff to the one before.",
+            "A capability's versions, newest first, each with a diff to the one before; "
+            "`before` pages.",
             HistoryParams,
             read_only=True,
         ),

@@ -136,14 +136,14 @@ class CapabilityRegistry:
             return Whois(record, await repo.aliases_of(parsed), await repo.count_versions(parsed))
 
     async def history(
-        self, scope: Scope, ref: object, newest: int | None = None
+        self, scope: Scope, ref: object, newest: int | None = None, before: int | None = None
     ) -> tuple[CapabilityRecord, list[VersionRecord], dict[str, str] | None]:
-        """A record, its (``newest``) versions newest first, and the alias warning if an old
-        name was used."""
+        """A record, its (``newest``, older than ``before``) versions newest first, and the
+        alias warning if an old name was used."""
         resolved = await self.resolve(scope, without_spec(ref, "cap_history"))
         async with self._db.read() as conn:
             repo = SqlCapabilityRepository(conn)
-            versions = await repo.versions_of(resolved.record.fqdn, newest)
+            versions = await repo.versions_of(resolved.record.fqdn, newest, before)
         return resolved.record, list(reversed(versions)), resolved.deprecated_alias
 
     async def usage_of(self, scope: Scope, fqdn: str) -> ToolUsageSummary | None:

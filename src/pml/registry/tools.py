@@ -82,6 +82,7 @@ class RenameParams(_Params):
 
 class HistoryParams(_Params):
     name: Name
+    before: Annotated[int, Field(ge=2, le=2**31 - 1)] | None = None  # older versions only
 
 
 def parse_params(model: type[P], raw: object) -> P:
@@ -267,13 +268,14 @@ class CapTools:
         params = parse_params(HistoryParams, arguments)
         # one more than shown: the oldest shown is diffed against it
         record, versions, alias = await self._registry.history(
-            scope, params.name, MAX_HISTORY_VERSIONS + 1
+            scope, params.name, MAX_HISTORY_VERSIONS + 1, params.before
         )
         result = await history_answer(
             record.fqdn, record.display_name, versions, MAX_HISTORY_VERSIONS, scope.tenant
         )
         if len(versions) > MAX_HISTORY_VERSIONS:
-            result["truncated"] = True
+            result["truncated"] = True  # ``before: next_before`` shows the older ones
+            result["next_before"] = versions[MAX_HISTORY_VERSIONS - 1].version
         intents = await self._registry.intents_of(record.fqdn)
         result["intents"] = [intent.to_dict() for intent in intents]
         if alias is not None:

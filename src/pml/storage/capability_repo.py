@@ -267,8 +267,11 @@ class SqlCapabilityRepository:
             )
         )
 
-    async def versions_of(self, fqdn: str, newest: int | None = None) -> list[VersionRecord]:
-        """Every version of a record (or only the ``newest`` ones), oldest first."""
+    async def versions_of(
+        self, fqdn: str, newest: int | None = None, before: int | None = None
+    ) -> list[VersionRecord]:
+        """Every version of a record (or only the ``newest`` ones, or those older than
+        version ``before``), oldest first."""
         tagged = sa.and_(
             version_tags.c.capability_fqdn == versions.c.capability_fqdn,
             version_tags.c.version == versions.c.version,
@@ -280,6 +283,8 @@ class SqlCapabilityRepository:
             .order_by(versions.c.version.desc())
             .limit(newest)
         )
+        if before is not None:
+            query = query.where(versions.c.version < before)
         return [_version(row) for row in await self.conn.execute(query)][::-1]
 
     async def count_versions(self, fqdn: str) -> int:
