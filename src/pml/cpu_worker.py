@@ -13,7 +13,6 @@ most ``MEMORY_LIMIT_BYTES`` of address space. Only the gateway writes to it
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import pickle
 import resource
@@ -37,7 +36,7 @@ CPU_LIMIT_S: Final = 10
 
 
 class OutOfTime(BaseException):  # not caught by the jobs' own `except Exception`
-    """Raised in a job when its CPU time is up (``SIGXCPU``)."""
+    """Raised in a job when its CPU time is up (``SIGPROF``)."""
 
 
 def study(code: str, max_code_bytes: int) -> tuple[Any, Any]:
@@ -119,16 +118,14 @@ def serve(source: BinaryIO, sink: BinaryIO) -> None:
 
 
 def _limit_cpu(seconds: int | None) -> None:
-    """``SIGXCPU`` (so ``OutOfTime``) once this process has used ``seconds`` more CPU; None:
-    no limit but the hard one (the process is waiting for its next request)."""
-    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
-    soft = hard
-    if seconds is not None:
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        soft = math.ceil(usage.ru_utime + usage.ru_stime) + seconds
-        if hard != resource.RLIM_INFINITY:
-            soft = min(soft, hard)
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    """``SIGPROF`` (so ``OutOfTime``) once this process has used ``seconds`` more CPU; None:
+    no limit (the process is waiting for its next request).
+
+    A profiling timer counts from now. ``RLIMIT_CPU`` set to the CPU used so far plus
+    ``seconds`` did not: the kernel checks it against CPU time sampled at each tick, which
+    drifts above the precise time ``getrusage`` reports, so after some minutes of work a
+    child on a busy machine refused ordinary jobs at once."""
+    signal.setitimer(signal.ITIMER_PROF, float(seconds or 0))
 
 
 def _out_of_time(signum: int, frame: FrameType | None) -> None:
@@ -136,7 +133,7 @@ def _out_of_time(signum: int, frame: FrameType | None) -> None:
 
 
 def main() -> None:
-    signal.signal(signal.SIGXCPU, _out_of_time)
+    signal.signal(signal.SIGPROF, _out_of_time)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal is the gateway's
     os.nice(NICENESS)
     with contextlib.suppress(ValueError, OSError):  # a lower hard limit already holds
