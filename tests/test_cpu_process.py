@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -214,3 +215,38 @@ async def test_a_tenant_s_full_queue_is_busy_and_others_still_queue() -> None:
         assert busy.value.data["retryAfterS"] > 0
         release.set()
     assert entered == [flood, other, flood]  # the other org's turn came first
+
+
+# A child whose kernel-side CPU count runs ahead of what ``getrusage`` reports (as it does
+# after minutes of work on a busy machine: the kernel samples CPU time at each tick).
+_DRIFTED_CHILD = """
+import resource, signal, time
+from pml import cpu_worker
+
+real = resource.getrusage
+class Drifted:
+    def __init__(self, usage):
+        self.usage = usage
+    def __getattr__(self, name):
+        value = getattr(self.usage, name)
+        return 0.0 if name in ("ru_utime", "ru_stime") else value
+resource.getrusage = lambda who: Drifted(real(who))
+signal.signal(signal.SIGPROF, cpu_worker._out_of_time)
+signal.signal(signal.SIGXCPU, cpu_worker._out_of_time)
+end = time.process_time() + 2.5
+while time.process_time() < end:
+    pass
+code = "\\n".join(f'a{i} = f"v{{x}} {i}"' for i in range(1500)) + "\\nreturn 1"
+ok, value = cpu_worker.answer("study", (code, 10**7), 2)  # ~0.4 s of CPU
+print(ok, type(value).__name__)
+"""
+
+
+def test_the_cpu_limit_counts_from_the_job_s_start_not_from_the_cpu_reported_so_far() -> None:
+    # Measured: with the limit set as "CPU used so far + limit", a long-lived child refused
+    # every job at once after ~90 s of work on a busy machine.
+    done = subprocess.run(
+        [sys.executable, "-c", _DRIFTED_CHILD], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "tuple"]
