@@ -47,6 +47,18 @@ SHAPES: dict[str, Callable[[int], str]] = {
         + "\n".join(f"a{i + 1} = [a{i}[0]]" for i in range(n // 22))
         + f"\nlogin(password=a{n // 22}[0][0])"
     ),
+    # credentials given by position to the snippet's own function: each call's is lifted
+    "positional_calls": lambda n: (
+        "def f(a, password):\n    return a\n"
+        + "\n".join(f'f("x{i}", "v{i}abc")' for i in range(n // 20))
+    ),
+    # spreads of unknown length into a function of many credential parameters
+    "spread_calls": lambda n: (
+        "def g("
+        + ", ".join(f"token{i}" for i in range(n // 20))
+        + "):\n    return 1\n"
+        + "\n".join(f"g(*r{i})" for i in range(n // 16))
+    ),
     "long_string": lambda n: 'x = "' + "ab1 " * (n // 4 - 4) + '"',
     "prose": lambda n: 'x = """' + "the api key is in the vault, " * (n // 30) + '"""',
 }

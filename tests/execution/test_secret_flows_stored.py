@@ -60,3 +60,39 @@ async def test_secrets_through_flows_are_lifted_and_the_capability_runs_with_the
     assert "ops:login" in everything
     for secret in (PASSWORD, TOKEN, KEY):
         assert secret not in everything
+
+
+POSITIONAL_CODE = f'''def call(user, password, n):
+    return mcp.a.echo(user=user, password=password, n=n)
+names = ["user", "token"]
+cfg = dict(zip(names, ["ada", "{TOKEN}"]))
+r = await call("ada", "{PASSWORD}", args["n"])
+return [r["args"], cfg["token"] == "{TOKEN}"]
+'''
+
+
+async def test_secrets_given_by_position_are_lifted_and_the_capability_runs_with_them(
+    execute: Execute, upstreams: dict[str, Upstream], sqlite_url: str
+) -> None:
+    created = await execute(code=POSITIONAL_CODE, args={"n": 1}, name="ops:connect", intent="x")
+    assert created["status"] == "success", created
+    assert created["result"] == [{"user": "ada", "password": PASSWORD, "n": 1}, True]
+
+    record = await execute.record("ops:connect")
+    stored = record.code or ""
+    assert PASSWORD not in stored
+    assert TOKEN not in stored
+    assert set(record.parameters_schema["required"]) == {"n", "password", "token"}
+
+    again = await execute(
+        capability="ops:connect", args={"n": 2, "password": PASSWORD, "token": TOKEN}
+    )
+    assert again["status"] == "success", again
+    assert again["result"] == [{"user": "ada", "password": PASSWORD, "n": 2}, True]
+    assert upstreams["a"].calls[-1][1] == {"user": "ada", "password": PASSWORD, "n": 2}
+
+    await execute.gateway.executor.flush()
+    everything = database_text(sqlite_url)
+    assert "ops:connect" in everything
+    assert PASSWORD not in everything
+    assert TOKEN not in everything

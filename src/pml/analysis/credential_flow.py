@@ -8,7 +8,10 @@ written in place. ``mark_credential_aliases(tree)`` finds them:
 - through containers: ``vals = ["ada", "..."]`` then ``user, password = vals``;
   ``creds = {"p": "..."}`` then ``password=creds["p"]`` (or ``creds.get("p")``);
   ``keys[0]``, ``d["p"] = "..."``, ``keys.append("...")``, nested containers;
-- through loops: ``for pw in ["..."]: login(password=pw)``, comprehensions too.
+- through loops: ``for pw in ["..."]: login(password=pw)``, comprehensions too;
+- by position, to a parameter of what the snippet defines (``def connect(host, password)``
+  then ``connect("db", "...")``, a class's fields, a ``namedtuple``) or beside a
+  credential's name in ``zip(names, values)`` (``credential_calls``).
 
 A name whose value becomes a credential gets the credential's name (``CREDENTIAL_ALIAS``
 on its ``ast.Name`` or ``ast.arg``); a constant inside a container gets it on its
@@ -34,6 +37,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from pml.analysis.bindings import CREDENTIAL_ALIAS, MARKED_CHILDREN, binding_contexts
+from pml.analysis.credential_calls import namedtuple_fields, positional_sources
 from pml.analysis.credential_sources import (
     MAX_PATH,
     Key,
@@ -47,6 +51,7 @@ from pml.analysis.credential_sources import (
     returns_of,
 )
 from pml.analysis.credentials import is_secret_keyword
+from pml.analysis.secret_pairs import signs_in
 from pml.analysis.secret_text import holds_secret
 
 _CONTAINERS = (ast.List, ast.Tuple, ast.Set, ast.Dict)
@@ -62,6 +67,8 @@ class _Flow:
         default_factory=dict[str, list[tuple[Path, ast.expr]]]
     )
     seeds: list[tuple[ast.expr, str]] = field(default_factory=list[tuple[ast.expr, str]])
+    # Arguments given by position to a credential's parameter (``credential_calls``).
+    sources: list[tuple[Origin, str]] = field(default_factory=list[tuple[Origin, str]])
 
     def origin(self, name: str, origin: Origin) -> None:
         self.origins.setdefault(name, []).append(origin)
@@ -107,6 +114,10 @@ def _names_a_credential(nodes: list[ast.AST]) -> bool:
             words.add(node.attr)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             words.add(node.value[:_KEY_CHARS])
+        elif isinstance(node, ast.Call) and (fields := namedtuple_fields(node)) is not None:
+            words.update(fields)  # ``namedtuple("C", "password user")``
+        elif isinstance(node, ast.Call) and signs_in(node):
+            return True  # ``login(*pair)``: its last argument is a password
     return any(is_secret_keyword(word) for word in words)
 
 
@@ -138,6 +149,7 @@ def _read_flow(nodes: list[ast.AST]) -> _Flow:
                 elif not isinstance(value, ast.Constant):  # a constant: its name is marked
                     flow.origin(name, Literal(value, ()))  # ``h = b64encode(...).decode()``
         _read_statement(node, flow)
+    flow.sources = positional_sources(nodes)
     return flow
 
 
@@ -201,6 +213,7 @@ def _follow(flow: _Flow, marked: dict[int, str], budget: int) -> dict[str, str]:
     for name in flow.origins:
         if is_secret_keyword(name):
             queue.append((name, name))
+    queue.extend(flow.sources)
     while queue and budget > 0:
         budget -= 1
         origin, credential = queue.popleft()

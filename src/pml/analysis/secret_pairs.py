@@ -33,7 +33,7 @@ from typing import Final
 from pml.analysis.bindings import literal_str
 from pml.analysis.credentials import is_secret_keyword, keyword_words, looks_random
 
-_PASSWORD: Final = "password"
+SIGN_IN_PASSWORD: Final = "password"
 # Calls whose last positional argument is a password (names lowercased, without ``_``).
 _SIGN_IN: Final = frozenset(
     {"login", "authenticate", "auth", "basicauth", "httpbasicauth", "digestauth"}
@@ -74,7 +74,7 @@ def pair_contexts(node: ast.AST) -> dict[int, str]:
         return _pass_keys(node)
     if isinstance(node, ast.Tuple | ast.List) and len(node.elts) == 2:
         pair = _pair(node.elts)
-    elif isinstance(node, ast.Call) and _signs_in(node):
+    elif isinstance(node, ast.Call) and signs_in(node):
         return _sign_in_password(node)
     elif isinstance(node, ast.Call) and not node.keywords:
         pair = _pair(node.args)
@@ -92,17 +92,18 @@ def _pass_keys(node: ast.Dict) -> dict[int, str]:
     """``{"user": "ada", "pass": "..."}``: ``pass`` alone is a password's key (a Python name
     cannot be ``pass``, so no binding elsewhere spells it)."""
     return {
-        id(value): _PASSWORD
+        id(value): SIGN_IN_PASSWORD
         for key, value in zip(node.keys, node.values, strict=True)
         if key is not None
         and (name := literal_str(key)) is not None
         and keyword_words(name) == ["pass"]
         and (text := literal_str(value)) is not None
-        and _credential_like(_PASSWORD, text)
+        and _credential_like(SIGN_IN_PASSWORD, text)
     }
 
 
-def _signs_in(call: ast.Call) -> bool:
+def signs_in(call: ast.Call) -> bool:
+    """Whether a call signs in (``login``, ``authenticate``, ``BasicAuth``...)."""
     func = call.func
     name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
     return name.lower().replace("_", "") in _SIGN_IN
@@ -112,4 +113,6 @@ def _sign_in_password(call: ast.Call) -> dict[int, str]:
     """The last positional string of a call that signs in, after at least one other."""
     if len(call.args) < 2 or (value := literal_str(call.args[-1])) is None:
         return {}
-    return {id(call.args[-1]): _PASSWORD} if _credential_like(_PASSWORD, value) else {}
+    return (
+        {id(call.args[-1]): SIGN_IN_PASSWORD} if _credential_like(SIGN_IN_PASSWORD, value) else {}
+    )
