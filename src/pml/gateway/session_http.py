@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import cast
 
+import anyio
 import mcp_types
 from mcp.server.auth.middleware.bearer_auth import (
     AuthenticatedUser,
     AuthorizationContext,
     authorization_context,
 )
+from mcp.server.streamable_http import StreamableHTTPServerTransport
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
@@ -93,3 +95,10 @@ async def status_of(app: Asgi, scope: Scope, receive: Receive, send: Send) -> in
 
     await app(scope, receive, watching)
     return status
+
+
+def keep_alive(transport: StreamableHTTPServerTransport, timeout: float | None) -> None:
+    """Push a session's idle deadline to a full ``timeout`` from now (never earlier)."""
+    idle = transport.idle_scope
+    if idle is not None and timeout is not None:
+        idle.deadline = max(idle.deadline, anyio.current_time() + timeout)

@@ -55,6 +55,7 @@ from pml.gateway.session_http import (
     Requestor,
     body_of,
     caller_of,
+    keep_alive,
     refusal,
     replaying,
     requestor_of,
@@ -337,17 +338,11 @@ class SharedSessionManager(CappedSessionManager):
             self._notifier.track(stream_context(connection, self._lifespan_state), caller)
             held.tracked = True
         self._link.used(held.hash)
-        self._keep_alive(transport)
+        keep_alive(transport, self.session_idle_timeout)
         try:
             yield connection
         finally:
-            self._keep_alive(transport)
-
-    def _keep_alive(self, transport: StreamableHTTPServerTransport) -> None:
-        """Push the session's idle deadline to a full timeout from now (never earlier)."""
-        idle, timeout = transport.idle_scope, self.session_idle_timeout
-        if idle is not None and timeout is not None:
-            idle.deadline = max(idle.deadline, anyio.current_time() + timeout)
+            keep_alive(transport, self.session_idle_timeout)
 
     def _hold(self, session_id: str, held: _Held) -> None:
         self._held[session_id] = held
