@@ -12,6 +12,8 @@ capabilities_per_project = 50000    # active capabilities in one org/project; 0:
 pending_workflows_per_user = 100    # workflows waiting for a person or a client; 0: no quota
 sessions_per_key = 64               # MCP sessions (2025-11-25) one API key may hold open in a
                                     #   process; one more initialize → 429 RATE_LIMITED
+sessions_per_org = 2500             # MCP sessions all the keys of one org may hold open in a
+                                    #   process; 0: no such cap; one more → 429 RATE_LIMITED
 trusted_proxies = []                # proxies whose X-Forwarded-For names the client
                                     #   (addresses or networks; "*": every peer)
 
@@ -29,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 MAX_QUEUE = 10_000
 MAX_RATE = 1_000_000.0
 SESSIONS_PER_KEY = 64
+SESSIONS_PER_ORG = 2_500  # a quarter of the SDK's cap on a process: other orgs keep places
 MAX_SESSIONS_PER_KEY = 10_000  # the MCP SDK's cap on all the sessions of one process
 
 
@@ -46,13 +49,14 @@ class LimitsSettings(BaseModel):
     capabilities_per_project: int = Field(default=50_000, ge=0)
     pending_workflows_per_user: int = Field(default=100, ge=0)
     sessions_per_key: int = Field(default=SESSIONS_PER_KEY, ge=1, le=MAX_SESSIONS_PER_KEY)
+    sessions_per_org: int = Field(default=SESSIONS_PER_ORG, ge=0, le=MAX_SESSIONS_PER_KEY)
     trusted_proxies: list[str] = Field(default_factory=list[str], max_length=256)
 
-    @field_validator("sessions_per_key", mode="before")
+    @field_validator("sessions_per_key", "sessions_per_org", mode="before")
     @classmethod
     def _a_count(cls, value: object) -> object:
         if isinstance(value, bool):  # pydantic would read true as 1
-            raise ValueError(f"a number of sessions (1 to {MAX_SESSIONS_PER_KEY}), not {value}")
+            raise ValueError(f"a number of sessions (up to {MAX_SESSIONS_PER_KEY}), not {value}")
         return value
 
     @field_validator("trusted_proxies")

@@ -242,3 +242,84 @@ async def test_pml_serve_http_applies_the_configured_cap(gateway: Gateway) -> No
     assert refused.status_code == 429
     assert pml_error(refused)["limit"] == "sessions_per_key"
     assert other.status_code == 200
+
+
+async def test_the_keys_of_one_org_together_stop_at_its_cap(gateway: Gateway) -> None:
+    first, second, third = [await new_key(gateway, user) for user in ("ana", "bob", "eve")]
+    other_org = await new_key(gateway, "zed", org="globex")
+    with anyio.fail_after(20):
+        async with serving(gateway, sessions_per_org=4) as url:
+            opened = [*await open_sessions(url, first, 2), *await open_sessions(url, second, 2)]
+            before = await stored(gateway)
+            refused = await initialize(url, third)
+            after = await stored(gateway)
+            elsewhere = await initialize(url, other_org)
+            ended = await delete(url, first, opened[0])
+            reopened = await initialize(url, third)
+            full_again = await initialize(url, second)
+
+    assert refused.status_code == 429
+    assert "mcp-session-id" not in refused.headers
+    assert refused.json()["error"]["code"] == JSONRPC_RATE_LIMITED
+    error = pml_error(refused)
+    assert error["code"] == "RATE_LIMITED"
+    assert error["limit"] == "sessions_per_org"
+    assert error["openSessions"] == 4
+    assert 0 < error["retryAfterS"] <= 1800
+    assert "This organisation has too many open MCP sessions: 4" in error["message"]
+    assert "[limits] sessions_per_org" in error["message"]
+    assert after == before  # nothing recorded for the refused opening
+    assert elsewhere.status_code == 200  # another organisation keeps its places
+    assert ended.status_code == 200
+    assert reopened.status_code == 200  # the ended session's place is the org's again
+    assert full_again.status_code == 429
+
+
+async def test_an_org_cap_of_zero_leaves_only_the_per_key_cap(gateway: Gateway) -> None:
+    keys = [await new_key(gateway, user) for user in ("ana", "bob", "eve")]
+    with anyio.fail_after(20):
+        async with serving(gateway, sessions_per_org=0) as url:
+            opened = [session for key in keys for session in await open_sessions(url, key, CAP)]
+            capped = await initialize(url, keys[0])
+
+    assert len(set(opened)) == 3 * CAP
+    assert pml_error(capped)["limit"] == "sessions_per_key"
+
+
+async def test_concurrent_openings_from_many_keys_of_one_org_stop_at_its_cap(
+    gateway: Gateway,
+) -> None:
+    keys = [await new_key(gateway, f"user{index}") for index in range(6)]
+    statuses: list[int] = []
+    limits: list[str] = []
+
+    async def one(url: str, key: str) -> None:
+        answer = await initialize(url, key)
+        statuses.append(answer.status_code)
+        if answer.status_code == 429:
+            limits.append(pml_error(answer)["limit"])
+
+    with anyio.fail_after(30):
+        async with serving(gateway, sessions_per_org=5) as url:
+            async with anyio.create_task_group() as group:
+                for key in keys:
+                    for _ in range(2):
+                        group.start_soon(one, url, key)
+            opened = await stored(gateway)
+
+    assert sorted(statuses) == [200] * 5 + [429] * 7
+    assert set(limits) == {"sessions_per_org"}
+    assert opened == 5
+
+
+async def test_pml_serve_http_applies_the_configured_org_cap(gateway: Gateway) -> None:
+    with anyio.fail_after(20):
+        limits = LimitsSettings(sessions_per_org=2)
+        async with running_http(gateway, limits=limits) as url:
+            for user in ("ana", "bob"):
+                await open_sessions(url, await new_key(gateway, user), 1)
+            refused = await initialize(url, await new_key(gateway, "eve"))
+            other = await initialize(url, await new_key(gateway, "zed", org="globex"))
+    assert refused.status_code == 429
+    assert pml_error(refused)["limit"] == "sessions_per_org"
+    assert other.status_code == 200

@@ -1,5 +1,6 @@
-"""``[limits] sessions_per_key``: hostile values are a clear ``CONFIG_ERROR`` naming the key,
-from the config file and from the environment; the manager refuses a cap below 1."""
+"""``[limits] sessions_per_key`` and ``sessions_per_org``: hostile values are a clear
+``CONFIG_ERROR`` naming the key, from the config file and from the environment; the manager
+refuses a cap below 1 per key, below 0 per organisation."""
 
 from __future__ import annotations
 
@@ -68,3 +69,42 @@ def test_sessions_per_key_defaults_to_64_and_is_read_from_the_environment(
 def test_the_session_manager_refuses_a_cap_below_one(cap: int) -> None:
     with pytest.raises(ValueError, match="sessions_per_key must be at least 1"):
         CappedSessionManager(object(), sessions_per_key=cap)
+
+
+@pytest.mark.parametrize(
+    ("written", "why"),
+    [
+        ("-1", "greater than or equal to 0"),
+        ("10001", "less than or equal to 10000"),
+        ("2.5", "valid integer"),
+        ("nan", "finite number"),
+        ("false", "not False"),
+        ('"all"', "valid integer"),
+        ("'0; DROP TABLE mcp_sessions'", "valid integer"),
+        ('"\u00e9\u00e9"', "valid integer"),
+        ("[1, 2]", "valid integer"),
+    ],
+)
+def test_a_hostile_sessions_per_org_in_the_file_is_a_config_error_naming_it(
+    tmp_path: Path, written: str, why: str
+) -> None:
+    config = tmp_path / "pml.toml"
+    config.write_text(f"[limits]\nsessions_per_org = {written}\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as raised:
+        load_settings(config, environ={}, cwd=tmp_path)
+    assert "limits.sessions_per_org" in raised.value.message
+    assert why in raised.value.message
+
+
+def test_sessions_per_org_defaults_to_2500_and_0_turns_it_off(tmp_path: Path) -> None:
+    assert load_settings(environ={}, cwd=tmp_path).limits.sessions_per_org == 2_500
+    environ = {"PML_LIMITS__SESSIONS_PER_ORG": "0"}
+    assert load_settings(environ=environ, cwd=tmp_path).limits.sessions_per_org == 0
+    with pytest.raises(ConfigError):
+        load_settings(environ={"PML_LIMITS__SESSIONS_PER_ORG": "-3"}, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("cap", [-1, True])
+def test_the_session_manager_refuses_an_org_cap_below_zero(cap: int) -> None:
+    with pytest.raises(ValueError, match="sessions_per_org must be 0 or more"):
+        CappedSessionManager(object(), sessions_per_org=cap)

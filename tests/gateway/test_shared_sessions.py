@@ -19,6 +19,7 @@ from gateway.upstreams import Upstream, gateway_settings
 from pml.gateway.http import running_http
 from pml.gateway.keys import ApiKeys
 from pml.gateway.server import Gateway, open_gateway
+from pml.sections_limits import LimitsSettings
 from pml.storage.session_repo import mcp_sessions
 from pml.upstream.pool import ClientPool
 
@@ -37,6 +38,9 @@ INIT = {
 LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
 
 
+ORG_CAP = 2  # [limits] sessions_per_org of both gateways
+
+
 @pytest.fixture
 async def two_gateways(
     postgres_url: str, upstreams: dict[str, Upstream]
@@ -49,10 +53,35 @@ async def two_gateways(
             pool = ClientPool({name: upstream.server for name, upstream in upstreams.items()})
             settings = gateway_settings(postgres_url, expose_upstream=True)
             gateway = await stack.enter_async_context(open_gateway(settings, pool=pool))
-            urls.append(await stack.enter_async_context(running_http(gateway)))
+            limits = LimitsSettings(sessions_per_org=ORG_CAP)
+            urls.append(await stack.enter_async_context(running_http(gateway, limits=limits)))
             keys = keys or ApiKeys(gateway.db)
         assert keys is not None
         yield urls[0], urls[1], keys
+
+
+@pytest.mark.postgres
+async def test_sessions_adopted_from_another_gateway_count_for_their_org(
+    two_gateways: tuple[str, str, ApiKeys],
+) -> None:
+    first, second, keys = two_gateways
+    alice, bob, eve = [(await keys.create("acme", "webapp", user=u))[0] for u in ("ana", "bo", "e")]
+    zed = (await keys.create("globex", "webapp", user="zed"))[0]
+
+    opened = [await post(first, key, INIT) for key in (alice, bob)]
+    sessions = [answer.headers["mcp-session-id"] for answer in opened]
+    adopted = [
+        await post(second, key, LIST, session)
+        for key, session in zip((alice, bob), sessions, strict=True)
+    ]
+    refused = await post(second, eve, INIT)  # the org's places on the second are taken
+    elsewhere = await post(second, zed, INIT)
+
+    assert [answer.status_code for answer in opened] == [200, 200]
+    assert [answer.status_code for answer in adopted] == [200, 200]
+    assert refused.status_code == 429
+    assert refused.json()["error"]["data"]["limit"] == "sessions_per_org"
+    assert elsewhere.status_code == 200
 
 
 @pytest.mark.postgres

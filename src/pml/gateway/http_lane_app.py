@@ -6,7 +6,8 @@
 With ``tools``, plain ``tools/call`` POSTs are answered by the lane (``pml.gateway.http_lane``);
 without, every request takes the SDK's path (``SharedSessionManager``). Either way a body
 nested too deep is refused first (``pml.gateway.http_lane_depth``). ``limits``
-(``sessions_per_key``) caps the sessions of each API key (``pml.gateway.session_caps``).
+(``sessions_per_key``, ``sessions_per_org``) caps the sessions of each API key and each
+organisation (``pml.gateway.session_caps``).
 """
 
 from __future__ import annotations
@@ -57,7 +58,9 @@ def mcp_app(
     ``caps`` (tests: a short idle timeout, a small ``max_sessions``), with the lane for
     ``tools`` in front."""
     security = loopback_security(host)
-    caps.setdefault("sessions_per_key", (limits or LimitsSettings()).sessions_per_key)
+    limits = limits or LimitsSettings()
+    caps.setdefault("sessions_per_key", limits.sessions_per_key)
+    caps.setdefault("sessions_per_org", limits.sessions_per_org)
     manager = SharedSessionManager(
         server, db=db, notifier=notifier, security_settings=security, **caps
     )

@@ -1,12 +1,15 @@
-"""The SDK's session manager with its caps answered as PML errors: per API key, and for all.
+"""The SDK's session manager with its caps answered as PML errors: per API key, per
+organisation, and for all.
 
     manager = CappedSessionManager(server, sessions_per_key=64)   # SharedSessionManager's base
 
 One API key holds at most ``sessions_per_key`` 2025-11-25 sessions in a process (``[limits]``;
 adopted ones count too); one more session from it is answered ``429`` with ``Retry-After``
 and ``RATE_LIMITED``, exactly as the key's rate limit answers (``pml.limits.refusal``), and
-other keys are unaffected. All keys together hold at most ``max_sessions`` (the SDK's
-10 000); past it, ``503`` with ``Retry-After`` and ``BUSY`` in the same JSON-RPC shape,
+other keys are unaffected. All the keys of one organisation together hold at most
+``sessions_per_org`` (0: no such cap), answered the same way: an organisation with many keys
+cannot take the places of the others. All keys together hold at most ``max_sessions`` (the
+SDK's 10 000); past it, ``503`` with ``Retry-After`` and ``BUSY`` in the same JSON-RPC shape,
 instead of the SDK's bare ``-32603``. Either way nothing is opened or stored.
 
 A session counts from its admission (under the SDK's creation lock, so concurrent openings
@@ -36,10 +39,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from pml.errors import Busy, RateLimited
-from pml.gateway.session_http import Requestor, requestor_of
+from pml.gateway.session_http import Requestor, caller_of, requestor_of
 from pml.gateway.session_wire import owner_hash
 from pml.limits.refusal import retry_after_header, too_many_requests
-from pml.sections_limits import SESSIONS_PER_KEY
+from pml.sections_limits import SESSIONS_PER_KEY, SESSIONS_PER_ORG
 from pml.telemetry.metrics import count_rate_limited
 
 logger = logging.getLogger(__name__)
@@ -47,12 +50,14 @@ logger = logging.getLogger(__name__)
 JSONRPC_BUSY: Final = -32053  # PML's JSON-RPC code for a 503 BUSY (as -32029 for a 429)
 FULL_RETRY_S: Final = 60.0  # when all keys together hold max_sessions: try again then
 SESSIONS_LIMIT: Final = "sessions_per_key"
+ORG_SESSIONS_LIMIT: Final = "sessions_per_org"
 
 
 class SessionCaps(TypedDict, total=False):
     """The caps a ``CappedSessionManager`` takes (each has a default)."""
 
     sessions_per_key: int
+    sessions_per_org: int
     session_idle_timeout: float | None
     max_sessions: int | None
 
@@ -66,11 +71,14 @@ class CappedSessionManager(StreamableHTTPSessionManager):
         *,
         security_settings: Any = None,
         sessions_per_key: int = SESSIONS_PER_KEY,
+        sessions_per_org: int = SESSIONS_PER_ORG,
         session_idle_timeout: float | None = DEFAULT_SESSION_IDLE_TIMEOUT,
         max_sessions: int | None = DEFAULT_MAX_SESSIONS,
     ) -> None:
         if isinstance(sessions_per_key, bool) or sessions_per_key < 1:
             raise ValueError(f"sessions_per_key must be at least 1, not {sessions_per_key!r}")
+        if isinstance(sessions_per_org, bool) or sessions_per_org < 0:
+            raise ValueError(f"sessions_per_org must be 0 or more, not {sessions_per_org!r}")
         super().__init__(
             app,
             security_settings=security_settings,
@@ -78,8 +86,11 @@ class CappedSessionManager(StreamableHTTPSessionManager):
             max_sessions=max_sessions,
         )
         self.sessions_per_key = sessions_per_key
+        self.sessions_per_org = sessions_per_org
         self._key_of: dict[str, str] = {}  # session id → its owner's digest
         self._of_key: dict[str, set[str]] = {}  # owner's digest → its session ids held here
+        self._org_of: dict[str, str] = {}  # session id → its organisation
+        self._of_org: dict[str, set[str]] = {}  # organisation → its session ids held here
 
     @contextlib.asynccontextmanager
     async def run(self) -> AsyncGenerator[None]:
@@ -90,6 +101,8 @@ class CappedSessionManager(StreamableHTTPSessionManager):
         finally:
             self._key_of.clear()
             self._of_key.clear()
+            self._org_of.clear()
+            self._of_org.clear()
 
     def open_sessions(self, requestor: Requestor) -> int:
         """How many sessions of ``requestor``'s key this process holds."""
@@ -105,11 +118,15 @@ class CappedSessionManager(StreamableHTTPSessionManager):
             await super()._handle_stateful_request(scope, receive, send)
             return
         requestor = requestor_of(scope)  # a new session: admitted, or refused with a reason
+        caller = caller_of(scope)
+        org = caller.org if caller is not None else None
         async with self._session_creation_lock:
-            refused = self._over_cap(requestor)
+            refused = self._over_cap(requestor, org)
             transport = self._admit_session(requestor) if refused is None else None
+            if transport is not None and transport.mcp_session_id is not None:
+                self._count_org(transport.mcp_session_id, org)
         if isinstance(refused, RateLimited):
-            count_rate_limited(SESSIONS_LIMIT)
+            count_rate_limited(str(refused.data.get("limit", SESSIONS_LIMIT)))
             await too_many_requests(scope["path"], refused)(scope, receive, send)
         elif refused is not None or transport is None:
             logger.warning("refused a new MCP session: %s sessions are open", self.max_sessions)
@@ -117,21 +134,30 @@ class CappedSessionManager(StreamableHTTPSessionManager):
         else:
             await self._serve_opening_request(transport, scope, receive, send)
 
-    def _over_cap(self, requestor: Requestor) -> RateLimited | Busy | None:
-        """Why one more session for ``requestor`` would be one too many, if it would."""
+    def _over_cap(self, requestor: Requestor, org: str | None = None) -> RateLimited | Busy | None:
+        """Why one more session for ``requestor`` (of ``org``) would be one too many, if it
+        would."""
         if self.max_sessions is not None and len(self._server_instances) >= self.max_sessions:
             return self._full()
         held = self._held_by(requestor)
-        if len(held) < self.sessions_per_key:
-            return None
+        if len(held) >= self.sessions_per_key:
+            return self._too_many(held, "This API key", "one key", SESSIONS_LIMIT)
+        of_org: set[str] = self._of_org.get(org, set()) if org is not None else set()
+        if self.sessions_per_org and len(of_org) >= self.sessions_per_org:
+            return self._too_many(
+                of_org, "This organisation", "the keys of one organisation", ORG_SESSIONS_LIMIT
+            )
+        return None
+
+    def _too_many(self, held: set[str], who: str, whom: str, limit: str) -> RateLimited:
         timeout = self.session_idle_timeout
         idle = f" (after {timeout:g} s unused)" if timeout is not None else ""
         return RateLimited(
-            f"This API key has too many open MCP sessions: {len(held)}, the most one key may "
-            f"hold ([limits] {SESSIONS_LIMIT}). Close the sessions it no longer uses (DELETE "
+            f"{who} has too many open MCP sessions: {len(held)}, the most {whom} may "
+            f"hold ([limits] {limit}). Close the sessions it no longer uses (DELETE "
             f"/mcp with their Mcp-Session-Id header) or wait for idle ones to expire{idle}",
             retry_after_s=self._first_expiry_s(held),
-            limit=SESSIONS_LIMIT,
+            limit=limit,
             openSessions=len(held),
         )
 
@@ -171,6 +197,12 @@ class CappedSessionManager(StreamableHTTPSessionManager):
         self._key_of[session_id] = owner
         self._of_key.setdefault(owner, set()).add(session_id)
 
+    def _count_org(self, session_id: str, org: str | None) -> None:
+        """``session_id`` takes a place of ``org``'s until ``_discard_session``."""
+        if org is not None:
+            self._org_of[session_id] = org
+            self._of_org.setdefault(org, set()).add(session_id)
+
     async def _discard_session(
         self, session_id: str, transport: StreamableHTTPServerTransport
     ) -> None:
@@ -182,6 +214,12 @@ class CappedSessionManager(StreamableHTTPSessionManager):
             held.discard(session_id)
             if not held:
                 del self._of_key[owner]
+        org = self._org_of.pop(session_id, None)
+        of_org = self._of_org.get(org) if org is not None else None
+        if org is not None and of_org is not None:
+            of_org.discard(session_id)
+            if not of_org:
+                del self._of_org[org]
         await super()._discard_session(session_id, transport)
 
 

@@ -222,6 +222,7 @@ class SharedSessionManager(CappedSessionManager):
             if requestor is not None:
                 self._session_owners[session_id] = requestor
             self._count(session_id, requestor)  # over the key's cap maybe: it exists already
+            self._count_org(session_id, record.scope.org)
             self._hold(session_id, _Held(record.session_hash, adopted=record))
             assert self._task_group is not None
             try:
