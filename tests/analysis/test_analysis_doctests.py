@@ -8,8 +8,10 @@ from types import ModuleType
 import pytest
 
 from pml.analysis import (
+    basic_credentials,
     bindings,
     config_secrets,
+    credential_flow,
     credentials,
     encoded_secrets,
     folding,
@@ -28,8 +30,10 @@ from pml.analysis import (
 )
 
 MODULES = [
+    basic_credentials,
     bindings,
     config_secrets,
+    credential_flow,
     credentials,
     encoded_secrets,
     folding,

@@ -14,6 +14,8 @@ where the callee is defined:
 - ``f(*pair)``: the elements of ``pair`` from where it is spread (by position when ``pair``
   is written in place, else any of them may be the first credential from there); a call that
   signs in (``smtp.login(*pair)``) takes the password last, as when given in place;
+- ``b64encode(f"{user}:{pw}".encode())``: the password of an HTTP Basic credential
+  (``basic_credentials``);
 - ``zip(names, values)`` (``dict(zip(...))``, ``for k, v in zip(...)``): the value at the
   index of a credential's name, when the names are written as a list or tuple of strings
   (in place or given to a plain name).
@@ -31,6 +33,7 @@ import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from pml.analysis.basic_credentials import BASIC_PASSWORD, basic_password
 from pml.analysis.bindings import literal_str
 from pml.analysis.credential_sources import Literal, Origin, extend, origin_of
 from pml.analysis.credentials import is_secret_keyword
@@ -72,6 +75,9 @@ def positional_sources(nodes: list[ast.AST]) -> list[tuple[Origin, str]]:
             budget -= len(paired)
             found.extend(paired)
             continue
+        if (password := basic_password(node)) is not None:
+            found.append((Literal(password, ()), BASIC_PASSWORD))
+            continue  # ``b64encode(f"{user}:{pw}".encode())``
         if signs_in(node) and node.args and isinstance(node.args[-1], ast.Starred):
             found.append((_element(node.args[-1].value, -1), SIGN_IN_PASSWORD))
             continue  # ``smtp.login(*pair)``: the password last, as given in place

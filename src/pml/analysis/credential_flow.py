@@ -36,6 +36,7 @@ import ast
 from collections import deque
 from dataclasses import dataclass, field
 
+from pml.analysis.basic_credentials import basic_password
 from pml.analysis.bindings import CREDENTIAL_ALIAS, MARKED_CHILDREN, binding_contexts
 from pml.analysis.credential_calls import namedtuple_fields, positional_sources
 from pml.analysis.credential_sources import (
@@ -116,8 +117,8 @@ def _names_a_credential(nodes: list[ast.AST]) -> bool:
             words.add(node.value[:_KEY_CHARS])
         elif isinstance(node, ast.Call) and (fields := namedtuple_fields(node)) is not None:
             words.update(fields)  # ``namedtuple("C", "password user")``
-        elif isinstance(node, ast.Call) and signs_in(node):
-            return True  # ``login(*pair)``: its last argument is a password
+        elif isinstance(node, ast.Call) and (signs_in(node) or basic_password(node)):
+            return True  # ``login(*pair)``, ``b64encode(b"ada:…")``: a password in them
     return any(is_secret_keyword(word) for word in words)
 
 

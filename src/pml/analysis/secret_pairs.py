@@ -50,7 +50,7 @@ _TEMPLATE: Final = re.compile(
 )
 
 
-def _credential_like(name: str, value: str) -> bool:
+def credential_like(name: str, value: str) -> bool:
     """Whether ``value``, given by position after ``name``, looks like a credential."""
     if not _MIN_VALUE <= len(value) <= _MAX_VALUE or any(char.isspace() for char in value):
         return False
@@ -85,7 +85,7 @@ def pair_contexts(node: ast.AST) -> dict[int, str]:
     name, value = literal_str(pair[0]), literal_str(pair[1])
     if name is None or value is None or len(name) > 64 or not is_secret_keyword(name):
         return {}
-    return {id(pair[1]): name} if _credential_like(name, value) else {}
+    return {id(pair[1]): name} if credential_like(name, value) else {}
 
 
 def _pass_keys(node: ast.Dict) -> dict[int, str]:
@@ -98,7 +98,7 @@ def _pass_keys(node: ast.Dict) -> dict[int, str]:
         and (name := literal_str(key)) is not None
         and keyword_words(name) == ["pass"]
         and (text := literal_str(value)) is not None
-        and _credential_like(SIGN_IN_PASSWORD, text)
+        and credential_like(SIGN_IN_PASSWORD, text)
     }
 
 
@@ -113,6 +113,4 @@ def _sign_in_password(call: ast.Call) -> dict[int, str]:
     """The last positional string of a call that signs in, after at least one other."""
     if len(call.args) < 2 or (value := literal_str(call.args[-1])) is None:
         return {}
-    return (
-        {id(call.args[-1]): SIGN_IN_PASSWORD} if _credential_like(SIGN_IN_PASSWORD, value) else {}
-    )
+    return {id(call.args[-1]): SIGN_IN_PASSWORD} if credential_like(SIGN_IN_PASSWORD, value) else {}
