@@ -7,9 +7,10 @@ shapes from event text (a test keeps the two in agreement on comment-like text).
 (``sk-...``, ``ghp_...``, JWTs...), the credential after ``Bearer``/``Basic``/``token``, a
 URL's password, the value of ``password=...`` or ``api_key: ...``, PEM private keys (to
 their end marker), the password of a ``.pgpass`` line or a ``.netrc`` entry
-(``config_secrets``), and random-looking runs of token characters (in a path, only the random
-part). When ``looks_secret`` takes the whole text for
-a credential and no part stands out, the whole text (stripped) is the span.
+(``config_secrets``), a password written in prose as a pair (``login with ada / …``) or
+as whose (``password for ada is …``; ``prose_credentials``), and random-looking runs of
+token characters (in a path, only the random part). When ``looks_secret`` takes the whole
+text for a credential and no part stands out, the whole text (stripped) is the span.
 
 Every pattern runs in linear time; a run longer than 256 characters is data, not a token,
 unless a known shape marks it (``looks_random`` draws the same line).
@@ -42,6 +43,7 @@ from pml.analysis.credentials import (
     looks_random,
     looks_secret,
 )
+from pml.analysis.prose_credentials import prose_credential_spans
 from pml.analysis.token_shapes import command_line_spans
 
 REDACTED: Final = "[REDACTED]"
@@ -245,6 +247,7 @@ def secret_spans(text: str) -> list[tuple[int, int]]:
     spans += [m.span(1) for m in _URL_PASSWORD.finditer(text) if not _is_template(m[1])]
     spans += _assignments(text) + _pem(text) + _random_runs(text) + _key_word_values(text)
     spans += flag_spans(text) + command_line_spans(text) + config_file_spans(text)
+    spans += prose_credential_spans(text)
     # The whole text judged as one value: only a single token can be a credential the finders
     # above miss (with a space in it, each of looks_secret's tests has a finder above).
     stripped = text.strip()
