@@ -142,8 +142,11 @@ async def test_a_credential_bound_by_subscript_attribute_default_or_comparison_i
     assert created["result"] == "Sum"
     record = await execute.record("ops:bound")
     assert PASSWORD not in (record.code or "")
-    assert record.parameters_schema["required"] == ["password"]
-    again = await execute(capability="ops:bound", args={"password": PASSWORD})
+    arguments = {"password": PASSWORD}
+    if "check(" in code:  # "x" is given by position to the password parameter: lifted too
+        arguments["password_2"] = "x"
+    assert record.parameters_schema["required"] == list(arguments)
+    again = await execute(capability="ops:bound", args=arguments)
     assert again["status"] == "success", again
     assert again["result"] == "Sum"
     assert PASSWORD not in database_text(sqlite_url)

@@ -214,8 +214,11 @@ def _follow(flow: _Flow, marked: dict[int, str], budget: int) -> dict[str, str]:
     for name in flow.origins:
         if is_secret_keyword(name):
             queue.append((name, name))
-    queue.extend(flow.sources)
-    while queue and budget > 0:
+    later = [flow.sources]  # a credential named where it is bound keeps that name
+    while budget > 0 and (queue or later):
+        if not queue:
+            queue.extend(later.pop())
+            continue
         budget -= 1
         origin, credential = queue.popleft()
         if isinstance(origin, Literal):
